@@ -1,0 +1,859 @@
+//! `xdstp://` structured resource names (xRFC TP1): parsing, validation, the normal form, type
+//! checks and glob collections.
+//!
+//! `xdstp://[authority]/{resource type}/{id/*}?{context params}#{directives}`
+//!
+//! - A URN ([`XdstpUrn`]) names one resource: no glob, no directives.
+//! - A URL ([`XdstpUrl`]) locates resources: it may end in a `/*` glob (a collection of the
+//!   resources directly under that path) and carry the directives `alt=` and `entry=`.
+//!
+//! Components are percent-decoded on parse. The normal form re-encodes them exactly as Envoy's
+//! `XdsResourceIdentifier::encodeUrn` does with sorted context parameters, so a name vxds sends
+//! is byte-for-byte the name an Envoy client computes. As in Envoy's model the id is a single
+//! string, so `%2F` and `/` in it are the same. Names that do not start with `xdstp:` are opaque
+//! and never touched.
+
+use std::borrow::Cow;
+use std::collections::BTreeMap;
+use std::fmt;
+
+use percent_encoding::{AsciiSet, CONTROLS, percent_decode_str, utf8_percent_encode};
+
+/// The scheme prefix that makes a name structured; anything else is opaque.
+pub const SCHEME: &str = "xdstp:";
+/// Longest name accepted, in bytes.
+pub const MAX_NAME_LEN: usize = 8192;
+/// How deeply `alt=` directives may nest.
+const MAX_ALT_DEPTH: usize = 4;
+
+// Envoy escapes bytes below 0x20 and from `~` (0x7E) up, plus per-component reserved sets.
+const ALWAYS: &AsciiSet = &CONTROLS.add(b'~').add(b'%');
+const AUTHORITY: &AsciiSet = &ALWAYS.add(b'/').add(b'?').add(b'#');
+const ID: &AsciiSet = &ALWAYS.add(b':').add(b'?').add(b'#').add(b'[').add(b']');
+const PARAM: &AsciiSet = &ALWAYS.add(b'#').add(b'[').add(b']').add(b'&').add(b'=');
+const DIRECTIVE: &AsciiSet = &ALWAYS.add(b'#').add(b'[').add(b']').add(b',');
+
+/// Whether `name` is structured (starts with `xdstp:`) rather than opaque.
+pub fn is_xdstp(name: &str) -> bool {
+    name.starts_with(SCHEME)
+}
+
+/// The normal form of a resource name: opaque names as they are, `xdstp:` names as a URN in
+/// normal form (or an error, for a malformed one).
+pub fn normalize(name: &str) -> Result<Cow<'_, str>, NameError> {
+    if !is_xdstp(name) {
+        return Ok(Cow::Borrowed(name));
+    }
+    let urn = XdstpUrn::parse(name)?;
+    let normal = urn.to_string();
+    Ok(if normal == name {
+        Cow::Borrowed(name)
+    } else {
+        Cow::Owned(normal)
+    })
+}
+
+/// A resource name as stored: opaque, or a structured URN.
+#[derive(Clone, Debug, PartialEq, Eq, Hash, PartialOrd, Ord)]
+pub enum ResourceName {
+    Opaque(String),
+    Xdstp(XdstpUrn),
+}
+
+impl ResourceName {
+    pub fn parse(name: &str) -> Result<Self, NameError> {
+        if is_xdstp(name) {
+            XdstpUrn::parse(name).map(ResourceName::Xdstp)
+        } else {
+            Ok(ResourceName::Opaque(name.to_owned()))
+        }
+    }
+}
+
+impl fmt::Display for ResourceName {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        match self {
+            ResourceName::Opaque(name) => f.write_str(name),
+            ResourceName::Xdstp(urn) => urn.fmt(f),
+        }
+    }
+}
+
+/// What a client may subscribe to: a resource by name, or (Delta, xdstp) a glob collection.
+#[derive(Clone, Debug, PartialEq, Eq, Hash)]
+pub enum SubscriptionName {
+    Opaque(String),
+    Urn(XdstpUrn),
+    Glob(XdstpUrl),
+}
+
+impl SubscriptionName {
+    pub fn parse(name: &str) -> Result<Self, NameError> {
+        if !is_xdstp(name) {
+            return Ok(SubscriptionName::Opaque(name.to_owned()));
+        }
+        let url = XdstpUrl::parse(name)?;
+        if url.is_glob() {
+            return Ok(SubscriptionName::Glob(url));
+        }
+        url.into_urn().map(SubscriptionName::Urn)
+    }
+}
+
+/// Which part of a name is wrong.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Component {
+    Scheme,
+    Authority,
+    ResourceType,
+    Id,
+    ContextParams,
+    Directives,
+    Name,
+}
+
+impl fmt::Display for Component {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.write_str(match self {
+            Component::Scheme => "scheme",
+            Component::Authority => "authority",
+            Component::ResourceType => "resource type",
+            Component::Id => "id",
+            Component::ContextParams => "context parameters",
+            Component::Directives => "directives",
+            Component::Name => "name",
+        })
+    }
+}
+
+#[derive(Clone, Debug, PartialEq, Eq, thiserror::Error)]
+#[error("xdstp name: {component}: {reason}")]
+pub struct NameError {
+    pub component: Component,
+    pub reason: String,
+    pub kind: NameErrorKind,
+}
+
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum NameErrorKind {
+    Malformed,
+    /// The type segment is not the resource's type.
+    TypeMismatch,
+    /// The authority is not one this server serves.
+    UnknownAuthority,
+}
+
+impl NameError {
+    fn malformed(component: Component, reason: impl Into<String>) -> Self {
+        Self {
+            component,
+            reason: reason.into(),
+            kind: NameErrorKind::Malformed,
+        }
+    }
+
+    pub fn code(&self) -> &'static str {
+        match self.kind {
+            NameErrorKind::Malformed => "invalid_xdstp_name",
+            NameErrorKind::TypeMismatch => "xdstp_type_mismatch",
+            NameErrorKind::UnknownAuthority => "unknown_authority",
+        }
+    }
+}
+
+/// The parts every `xdstp:` name has, decoded.
+#[derive(Clone, Debug, Default, PartialEq, Eq, Hash, PartialOrd, Ord)]
+struct Parts {
+    authority: String,
+    resource_type: String,
+    id: String,
+    context: BTreeMap<String, String>,
+}
+
+/// A structured resource name: `xdstp://authority/type/id?context`. Equality ignores the order
+/// of context parameters; `Display` gives the normal form.
+#[derive(Clone, Debug, PartialEq, Eq, Hash, PartialOrd, Ord)]
+pub struct XdstpUrn {
+    parts: Parts,
+}
+
+impl XdstpUrn {
+    pub fn parse(name: &str) -> Result<Self, NameError> {
+        XdstpUrl::parse(name)?.into_urn()
+    }
+
+    /// Builds a URN from decoded parts, with the same validation as parsing.
+    pub fn new(
+        authority: impl Into<String>,
+        resource_type: impl Into<String>,
+        id: impl Into<String>,
+        context: BTreeMap<String, String>,
+    ) -> Result<Self, NameError> {
+        let parts = Parts {
+            authority: authority.into(),
+            resource_type: resource_type.into(),
+            id: id.into(),
+            context,
+        };
+        check_decoded(&parts)?;
+        if is_glob_id(&parts.id) {
+            return Err(NameError::malformed(
+                Component::Id,
+                "a resource name cannot be a glob",
+            ));
+        }
+        Ok(Self { parts })
+    }
+
+    pub fn authority(&self) -> &str {
+        &self.parts.authority
+    }
+
+    /// The protobuf message name of the resource, e.g. `envoy.config.cluster.v3.Cluster`.
+    pub fn resource_type(&self) -> &str {
+        &self.parts.resource_type
+    }
+
+    pub fn id(&self) -> &str {
+        &self.parts.id
+    }
+
+    pub fn context(&self) -> &BTreeMap<String, String> {
+        &self.parts.context
+    }
+
+    /// The type segment names the resource's type; `type_url` may be a full type URL
+    /// (`type.googleapis.com/envoy.config.cluster.v3.Cluster`) or a message name.
+    pub fn check_type(&self, type_url: &str) -> Result<(), NameError> {
+        let expected = type_url.rsplit('/').next().unwrap_or(type_url);
+        if self.parts.resource_type == expected {
+            return Ok(());
+        }
+        Err(NameError {
+            component: Component::ResourceType,
+            reason: format!(
+                "`{}` does not match the resource's type `{expected}`",
+                self.parts.resource_type
+            ),
+            kind: NameErrorKind::TypeMismatch,
+        })
+    }
+
+    /// The authority is among `allowed`; an empty list allows every authority.
+    pub fn check_authority(&self, allowed: &[String]) -> Result<(), NameError> {
+        if allowed.is_empty() || allowed.contains(&self.parts.authority) {
+            return Ok(());
+        }
+        Err(NameError {
+            component: Component::Authority,
+            reason: format!(
+                "`{}` is not an authority this server serves ({})",
+                self.parts.authority,
+                allowed.join(", ")
+            ),
+            kind: NameErrorKind::UnknownAuthority,
+        })
+    }
+
+    /// The glob collection this resource is a direct member of (`.../foo/*?ctx` for
+    /// `.../foo/bar?ctx`); `None` for an empty id.
+    pub fn collection(&self) -> Option<XdstpUrl> {
+        if self.parts.id.is_empty() {
+            return None;
+        }
+        let parent = self
+            .parts
+            .id
+            .rfind('/')
+            .map_or("", |i| &self.parts.id[..=i]);
+        let mut parts = self.parts.clone();
+        parts.id = format!("{parent}*");
+        Some(XdstpUrl {
+            parts,
+            directives: Vec::new(),
+        })
+    }
+}
+
+impl fmt::Display for XdstpUrn {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        write_parts(&self.parts, f)
+    }
+}
+
+impl std::str::FromStr for XdstpUrn {
+    type Err = NameError;
+
+    fn from_str(s: &str) -> Result<Self, Self::Err> {
+        Self::parse(s)
+    }
+}
+
+/// A processing directive in a URL's fragment.
+#[derive(Clone, Debug, PartialEq, Eq, Hash)]
+pub enum Directive {
+    /// A fallback locator.
+    Alt(Box<XdstpUrl>),
+    /// An entry of a list collection, by name.
+    Entry(String),
+}
+
+/// A resource locator: a URN, or a `/*` glob collection, with optional directives.
+#[derive(Clone, Debug, PartialEq, Eq, Hash)]
+pub struct XdstpUrl {
+    parts: Parts,
+    directives: Vec<Directive>,
+}
+
+impl XdstpUrl {
+    pub fn parse(name: &str) -> Result<Self, NameError> {
+        parse_url(name, 0)
+    }
+
+    pub fn authority(&self) -> &str {
+        &self.parts.authority
+    }
+
+    pub fn resource_type(&self) -> &str {
+        &self.parts.resource_type
+    }
+
+    pub fn id(&self) -> &str {
+        &self.parts.id
+    }
+
+    pub fn context(&self) -> &BTreeMap<String, String> {
+        &self.parts.context
+    }
+
+    pub fn directives(&self) -> &[Directive] {
+        &self.directives
+    }
+
+    /// Whether this names a glob collection (`.../*`).
+    pub fn is_glob(&self) -> bool {
+        is_glob_id(&self.parts.id)
+    }
+
+    /// Whether `urn` is a direct member of this glob collection: same authority, type and
+    /// context parameters, and an id one segment below the glob's path.
+    pub fn glob_matches(&self, urn: &XdstpUrn) -> bool {
+        if !self.is_glob()
+            || self.parts.authority != urn.parts.authority
+            || self.parts.resource_type != urn.parts.resource_type
+            || self.parts.context != urn.parts.context
+        {
+            return false;
+        }
+        let prefix = &self.parts.id[..self.parts.id.len() - 1];
+        urn.parts
+            .id
+            .strip_prefix(prefix)
+            .is_some_and(|rest| !rest.is_empty() && !rest.contains('/'))
+    }
+
+    /// The URN this URL names, when it has neither glob nor directives.
+    pub fn into_urn(self) -> Result<XdstpUrn, NameError> {
+        if self.is_glob() {
+            return Err(NameError::malformed(
+                Component::Id,
+                "a resource name cannot be a glob (`/*` is for collection locators)",
+            ));
+        }
+        if !self.directives.is_empty() {
+            return Err(NameError::malformed(
+                Component::Directives,
+                "a resource name cannot carry processing directives (`#...`)",
+            ));
+        }
+        Ok(XdstpUrn { parts: self.parts })
+    }
+}
+
+impl fmt::Display for XdstpUrl {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        write_parts(&self.parts, f)?;
+        for (i, directive) in self.directives.iter().enumerate() {
+            f.write_str(if i == 0 { "#" } else { "," })?;
+            match directive {
+                Directive::Alt(url) => write!(
+                    f,
+                    "alt={}",
+                    utf8_percent_encode(&url.to_string(), DIRECTIVE)
+                )?,
+                Directive::Entry(entry) => {
+                    write!(f, "entry={}", utf8_percent_encode(entry, DIRECTIVE))?
+                }
+            }
+        }
+        Ok(())
+    }
+}
+
+fn is_glob_id(id: &str) -> bool {
+    id == "*" || id.ends_with("/*")
+}
+
+fn write_parts(parts: &Parts, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+    write!(
+        f,
+        "xdstp://{}/{}",
+        utf8_percent_encode(&parts.authority, AUTHORITY),
+        parts.resource_type
+    )?;
+    if !parts.id.is_empty() {
+        write!(f, "/{}", utf8_percent_encode(&parts.id, ID))?;
+    }
+    // Envoy sorts the encoded `key=value` strings; so do we, for identical bytes.
+    let mut params: Vec<String> = parts
+        .context
+        .iter()
+        .map(|(k, v)| {
+            format!(
+                "{}={}",
+                utf8_percent_encode(k, PARAM),
+                utf8_percent_encode(v, PARAM)
+            )
+        })
+        .collect();
+    params.sort();
+    for (i, param) in params.iter().enumerate() {
+        f.write_str(if i == 0 { "?" } else { "&" })?;
+        f.write_str(param)?;
+    }
+    Ok(())
+}
+
+fn parse_url(name: &str, alt_depth: usize) -> Result<XdstpUrl, NameError> {
+    if name.len() > MAX_NAME_LEN {
+        return Err(NameError::malformed(
+            Component::Name,
+            format!("{} bytes long; the limit is {MAX_NAME_LEN}", name.len()),
+        ));
+    }
+    let rest = name.strip_prefix(SCHEME).ok_or_else(|| {
+        NameError::malformed(Component::Scheme, "an xdstp name starts with `xdstp://`")
+    })?;
+    let rest = rest
+        .strip_prefix("//")
+        .ok_or_else(|| NameError::malformed(Component::Scheme, "expected `//` after `xdstp:`"))?;
+    let (rest, fragment) = match rest.split_once('#') {
+        Some((rest, fragment)) => (rest, Some(fragment)),
+        None => (rest, None),
+    };
+    let (rest, query) = match rest.split_once('?') {
+        Some((rest, query)) => (rest, Some(query)),
+        None => (rest, None),
+    };
+    let (authority, path) = rest.split_once('/').ok_or_else(|| {
+        NameError::malformed(
+            Component::ResourceType,
+            "missing: expected `xdstp://authority/resource.Type/id`",
+        )
+    })?;
+    let (resource_type, id) = path.split_once('/').unwrap_or((path, ""));
+    let parts = Parts {
+        authority: decode(authority, Component::Authority)?,
+        resource_type: resource_type.to_owned(),
+        id: decode(id, Component::Id)?,
+        context: parse_context(query.unwrap_or(""))?,
+    };
+    check_decoded(&parts)?;
+    let directives = match fragment {
+        Some(fragment) => parse_directives(fragment, alt_depth)?,
+        None => Vec::new(),
+    };
+    Ok(XdstpUrl { parts, directives })
+}
+
+/// Rules on decoded parts, shared by parsing and [`XdstpUrn::new`].
+fn check_decoded(parts: &Parts) -> Result<(), NameError> {
+    check_message_name(&parts.resource_type)?;
+    no_controls(&parts.authority, Component::Authority)?;
+    no_controls(&parts.id, Component::Id)?;
+    for (key, value) in &parts.context {
+        // TP1 reserves `xds.*`; only the well-known `xds.resource.*` attributes may appear.
+        if key.starts_with("xds.") && !key.starts_with("xds.resource.") {
+            return Err(NameError::malformed(
+                Component::ContextParams,
+                format!("`{key}` is in the reserved `xds.` namespace"),
+            ));
+        }
+        no_controls(key, Component::ContextParams)?;
+        no_controls(value, Component::ContextParams)?;
+    }
+    if parts
+        .id
+        .split('/')
+        .rev()
+        .skip(1)
+        .any(|segment| segment == "*")
+    {
+        return Err(NameError::malformed(
+            Component::Id,
+            "a glob `*` may only be the last segment",
+        ));
+    }
+    Ok(())
+}
+
+fn check_message_name(name: &str) -> Result<(), NameError> {
+    let valid_ident = |s: &str| {
+        let mut chars = s.chars();
+        chars
+            .next()
+            .is_some_and(|c| c.is_ascii_alphabetic() || c == '_')
+            && chars.all(|c| c.is_ascii_alphanumeric() || c == '_')
+    };
+    if name.is_empty() {
+        return Err(NameError::malformed(Component::ResourceType, "missing"));
+    }
+    if !name.split('.').all(valid_ident) {
+        return Err(NameError::malformed(
+            Component::ResourceType,
+            format!(
+                "`{name}` is not a protobuf message name like `envoy.config.cluster.v3.Cluster`"
+            ),
+        ));
+    }
+    Ok(())
+}
+
+fn no_controls(s: &str, component: Component) -> Result<(), NameError> {
+    match s.chars().find(|c| c.is_control()) {
+        Some(c) => Err(NameError::malformed(
+            component,
+            format!("contains the control character U+{:04X}", c as u32),
+        )),
+        None => Ok(()),
+    }
+}
+
+/// Strict percent-decoding: every `%` starts a two-digit hex escape, and the result is UTF-8.
+fn decode(s: &str, component: Component) -> Result<String, NameError> {
+    let bytes = s.as_bytes();
+    for (i, _) in s.match_indices('%') {
+        let hex = bytes.get(i + 1..i + 3);
+        if !hex.is_some_and(|h| h.iter().all(u8::is_ascii_hexdigit)) {
+            return Err(NameError::malformed(
+                component,
+                format!("`%` at byte {i} does not start a percent-escape like `%2F`"),
+            ));
+        }
+    }
+    percent_decode_str(s)
+        .decode_utf8()
+        .map(Cow::into_owned)
+        .map_err(|_| NameError::malformed(component, "percent-escapes do not decode to UTF-8"))
+}
+
+fn parse_context(query: &str) -> Result<BTreeMap<String, String>, NameError> {
+    let mut context = BTreeMap::new();
+    if query.is_empty() {
+        return Ok(context);
+    }
+    for param in query.split('&') {
+        let (key, value) = param.split_once('=').ok_or_else(|| {
+            NameError::malformed(
+                Component::ContextParams,
+                format!("`{param}` is not `key=value`"),
+            )
+        })?;
+        let key = decode(key, Component::ContextParams)?;
+        let value = decode(value, Component::ContextParams)?;
+        if context.contains_key(&key) {
+            return Err(NameError::malformed(
+                Component::ContextParams,
+                format!("`{key}` appears twice"),
+            ));
+        }
+        context.insert(key, value);
+    }
+    Ok(context)
+}
+
+fn parse_directives(fragment: &str, alt_depth: usize) -> Result<Vec<Directive>, NameError> {
+    let mut directives = Vec::new();
+    let (mut seen_alt, mut seen_entry) = (false, false);
+    for component in fragment.split(',') {
+        if let Some(alt) = component.strip_prefix("alt=") {
+            if std::mem::replace(&mut seen_alt, true) {
+                return Err(NameError::malformed(
+                    Component::Directives,
+                    "`alt` appears twice",
+                ));
+            }
+            if alt_depth >= MAX_ALT_DEPTH {
+                return Err(NameError::malformed(
+                    Component::Directives,
+                    format!("`alt` nests deeper than {MAX_ALT_DEPTH} levels"),
+                ));
+            }
+            let alt = decode(alt, Component::Directives)?;
+            let url = parse_url(&alt, alt_depth + 1)
+                .map_err(|e| NameError::malformed(Component::Directives, format!("`alt`: {e}")))?;
+            directives.push(Directive::Alt(Box::new(url)));
+        } else if let Some(entry) = component.strip_prefix("entry=") {
+            if std::mem::replace(&mut seen_entry, true) {
+                return Err(NameError::malformed(
+                    Component::Directives,
+                    "`entry` appears twice",
+                ));
+            }
+            let entry = decode(entry, Component::Directives)?;
+            let valid = !entry.is_empty()
+                && entry
+                    .chars()
+                    .all(|c| c.is_ascii_alphanumeric() || "_-./~:".contains(c));
+            if !valid {
+                return Err(NameError::malformed(
+                    Component::Directives,
+                    format!("entry `{entry}` must match [a-zA-Z0-9_\\-./~:]+"),
+                ));
+            }
+            directives.push(Directive::Entry(entry));
+        } else {
+            return Err(NameError::malformed(
+                Component::Directives,
+                format!("unknown directive `{component}` (expected `alt=` or `entry=`)"),
+            ));
+        }
+    }
+    Ok(directives)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    const LISTENER: &str = "envoy.config.listener.v3.Listener";
+
+    fn urn(s: &str) -> XdstpUrn {
+        XdstpUrn::parse(s).unwrap()
+    }
+
+    fn url(s: &str) -> XdstpUrl {
+        XdstpUrl::parse(s).unwrap()
+    }
+
+    #[test]
+    fn parses_the_tp1_example() {
+        let n = urn(
+            "xdstp://some.control.plane/envoy.config.route.v3.RouteConfiguration/foo/bar?shard_id=1234&direction=inbound",
+        );
+        assert_eq!(n.authority(), "some.control.plane");
+        assert_eq!(
+            n.resource_type(),
+            "envoy.config.route.v3.RouteConfiguration"
+        );
+        assert_eq!(n.id(), "foo/bar");
+        assert_eq!(
+            n.context().get("shard_id").map(String::as_str),
+            Some("1234")
+        );
+        assert_eq!(
+            n.to_string(),
+            "xdstp://some.control.plane/envoy.config.route.v3.RouteConfiguration/foo/bar?direction=inbound&shard_id=1234"
+        );
+    }
+
+    #[test]
+    fn normal_form_ignores_context_order_and_escaping_spelling() {
+        let a = urn(&format!("xdstp://auth/{LISTENER}/foo?b=2&a=1"));
+        let b = urn(&format!("xdstp://auth/{LISTENER}/f%6Fo?a=1&b=2"));
+        assert_eq!(a, b);
+        assert_eq!(a.to_string(), b.to_string());
+        assert_eq!(
+            normalize(&format!("xdstp://auth/{LISTENER}/foo?b=2&a=1")).unwrap(),
+            format!("xdstp://auth/{LISTENER}/foo?a=1&b=2")
+        );
+        // Already normal: borrowed, untouched.
+        assert!(matches!(
+            normalize(&a.to_string()).unwrap(),
+            Cow::Borrowed(_)
+        ));
+        // `%2F` and `/` are the same id, as in Envoy.
+        assert_eq!(
+            urn(&format!("xdstp://a/{LISTENER}/x%2Fy")),
+            urn(&format!("xdstp://a/{LISTENER}/x/y"))
+        );
+    }
+
+    #[test]
+    fn encodes_like_envoy() {
+        // Envoy's decode/encode vectors (test/common/config/xds_resource_test.cc): decoding and
+        // re-encoding with sorted context parameters gives the input back, byte for byte.
+        let escaped = "xdstp://f123%25%2F%3F%23o/envoy.config.listener.v3.Listener/b%25%3A%3F%23%5B%5Dar//baz?%25%23%5B%5D%26%3Dab=cde%25%23%5B%5D%26%3Df";
+        let many = "xdstp://f123%25%2F%3F%23o/envoy.config.listener.v3.Listener/b%25%3A%3F%23%5B%5Dar//baz?%25%23%5B%5D%26%3D=bar&%25%23%5B%5D%26%3Dab=cde%25%23%5B%5D%26%3Df&foo=%25%23%5B%5D%26%3D";
+        for name in [
+            "xdstp:///envoy.config.listener.v3.Listener",
+            "xdstp://foo/envoy.config.listener.v3.Listener",
+            "xdstp://foo/envoy.config.listener.v3.Listener/bar",
+            "xdstp://foo/envoy.config.listener.v3.Listener/bar/baz",
+            "xdstp://foo/envoy.config.listener.v3.Listener/bar////baz",
+            "xdstp://foo/envoy.config.listener.v3.Listener?ab=cde",
+            "xdstp://foo/envoy.config.listener.v3.Listener/bar/baz?ab=",
+            "xdstp://foo/envoy.config.listener.v3.Listener/bar/baz?=cd",
+            "xdstp://foo/envoy.config.listener.v3.Listener/bar/baz?ab=cde&ba=edc&z=f",
+            escaped,
+            many,
+        ] {
+            assert_eq!(urn(name).to_string(), name);
+        }
+        let n = urn(many);
+        assert_eq!(n.authority(), "f123%/?#o");
+        assert_eq!(n.id(), "b%:?#[]ar//baz");
+        assert_eq!(n.context().get("%#[]&=").map(String::as_str), Some("bar"));
+        assert_eq!(n.context().get("foo").map(String::as_str), Some("%#[]&="));
+        // Envoy's encoder escapes `:` in ids, so the unescaped spelling normalises to `%3A`.
+        let loose = escaped.replace("%3A", ":");
+        assert_eq!(urn(&loose).to_string(), escaped);
+        let odd = XdstpUrn::new("a", LISTENER, "caf\u{e9} ~x", BTreeMap::new()).unwrap();
+        assert_eq!(
+            odd.to_string(),
+            format!("xdstp://a/{LISTENER}/caf%C3%A9 %7Ex")
+        );
+    }
+
+    #[test]
+    fn empty_authority_and_empty_id() {
+        let n = urn(&format!("xdstp:///{LISTENER}/foo"));
+        assert_eq!(n.authority(), "");
+        assert_eq!(n.to_string(), format!("xdstp:///{LISTENER}/foo"));
+        let n = urn(&format!("xdstp://a/{LISTENER}"));
+        assert_eq!(n.id(), "");
+        assert!(n.collection().is_none());
+    }
+
+    #[test]
+    fn rejects_malformed_names_with_the_component() {
+        let cases = [
+            ("xdstp:/a/T/x", Component::Scheme),
+            ("xdstp://authority-only", Component::ResourceType),
+            ("xdstp://a//x", Component::ResourceType),
+            ("xdstp://a/not a type/x", Component::ResourceType),
+            ("xdstp://a/envoy.1bad/x", Component::ResourceType),
+            ("xdstp://a/T/x%zz", Component::Id),
+            ("xdstp://a/T/x%ff", Component::Id),
+            ("xdstp://a/T/x?k", Component::ContextParams),
+            ("xdstp://a/T/x?k=1&k=2", Component::ContextParams),
+            ("xdstp://a/T/x?xds.node=1", Component::ContextParams),
+            ("xdstp://a/T/x/*", Component::Id),
+            ("xdstp://a/T/x/*/y", Component::Id),
+            ("xdstp://a/T/x#entry=e", Component::Directives),
+            ("xdstp://a/T/x%00", Component::Id),
+        ];
+        for (name, component) in cases {
+            let err = XdstpUrn::parse(name).unwrap_err();
+            assert_eq!(err.component, component, "{name}: {err}");
+            assert_eq!(err.code(), "invalid_xdstp_name");
+        }
+        let long = format!("xdstp://a/T/{}", "x".repeat(MAX_NAME_LEN));
+        assert_eq!(
+            XdstpUrn::parse(&long).unwrap_err().component,
+            Component::Name
+        );
+        // Computed URNs may carry the well-known attributes.
+        assert!(XdstpUrn::parse("xdstp://a/T/x?xds.resource.vip=1.2.3.4").is_ok());
+    }
+
+    #[test]
+    fn urls_carry_globs_and_directives() {
+        let u = url(&format!(
+            "xdstp://a/{LISTENER}/foo/*?k=v#alt=xdstp://b/{LISTENER}/bar,entry=e.1"
+        ));
+        assert!(u.is_glob());
+        assert_eq!(u.directives().len(), 2);
+        assert!(matches!(&u.directives()[0], Directive::Alt(alt) if alt.authority() == "b"));
+        assert_eq!(u.directives()[1], Directive::Entry("e.1".into()));
+        assert_eq!(url(&u.to_string()), u);
+
+        for bad in [
+            "xdstp://a/T/x#alt=xdstp://b/T/y,alt=xdstp://c/T/z",
+            "xdstp://a/T/x#entry=a,entry=b",
+            "xdstp://a/T/x#entry=bad name",
+            "xdstp://a/T/x#mirror=1",
+            "xdstp://a/T/x#alt=http://b/T/y",
+        ] {
+            assert_eq!(
+                XdstpUrl::parse(bad).unwrap_err().component,
+                Component::Directives,
+                "{bad}"
+            );
+        }
+    }
+
+    #[test]
+    fn glob_matches_direct_members_with_the_same_context() {
+        let glob = url(&format!("xdstp://a/{LISTENER}/foo/*?k=v"));
+        assert!(glob.glob_matches(&urn(&format!("xdstp://a/{LISTENER}/foo/bar?k=v"))));
+        assert!(!glob.glob_matches(&urn(&format!("xdstp://a/{LISTENER}/foo/bar/baz?k=v"))));
+        assert!(!glob.glob_matches(&urn(&format!("xdstp://a/{LISTENER}/foo/bar"))));
+        assert!(!glob.glob_matches(&urn(&format!("xdstp://a/{LISTENER}/foo/bar?k=v&x=y"))));
+        assert!(!glob.glob_matches(&urn(&format!("xdstp://b/{LISTENER}/foo/bar?k=v"))));
+        assert!(!glob.glob_matches(&urn(
+            "xdstp://a/envoy.config.cluster.v3.Cluster/foo/bar?k=v"
+        )));
+        assert!(!glob.glob_matches(&urn(&format!("xdstp://a/{LISTENER}/foobar?k=v"))));
+        let root = url(&format!("xdstp://a/{LISTENER}/*"));
+        assert!(root.glob_matches(&urn(&format!("xdstp://a/{LISTENER}/x"))));
+        assert!(!root.glob_matches(&urn(&format!("xdstp://a/{LISTENER}/x/y"))));
+
+        let member = urn(&format!("xdstp://a/{LISTENER}/foo/bar?k=v"));
+        assert_eq!(member.collection().unwrap(), glob);
+        assert!(member.collection().unwrap().glob_matches(&member));
+    }
+
+    #[test]
+    fn type_segment_is_checked_against_the_resource_type() {
+        let n = urn("xdstp://a/envoy.config.cluster.v3.Cluster/c1");
+        assert!(
+            n.check_type("type.googleapis.com/envoy.config.cluster.v3.Cluster")
+                .is_ok()
+        );
+        assert!(n.check_type("envoy.config.cluster.v3.Cluster").is_ok());
+        let err = n
+            .check_type("type.googleapis.com/envoy.config.listener.v3.Listener")
+            .unwrap_err();
+        assert_eq!(err.code(), "xdstp_type_mismatch");
+        assert!(
+            err.to_string()
+                .contains("does not match the resource's type")
+        );
+    }
+
+    #[test]
+    fn authorities_are_checked_when_configured() {
+        let n = urn("xdstp://a.example/T/x");
+        assert!(n.check_authority(&[]).is_ok());
+        assert!(n.check_authority(&["a.example".into()]).is_ok());
+        assert_eq!(
+            n.check_authority(&["b.example".into()]).unwrap_err().code(),
+            "unknown_authority"
+        );
+    }
+
+    #[test]
+    fn opaque_names_are_untouched() {
+        for name in [
+            "listener_0",
+            "route/with?odd#chars",
+            "XDSTP://not/structured",
+            "",
+        ] {
+            assert_eq!(normalize(name).unwrap(), name);
+            assert_eq!(
+                ResourceName::parse(name).unwrap(),
+                ResourceName::Opaque(name.into())
+            );
+        }
+        assert!(matches!(
+            SubscriptionName::parse("xdstp://a/T/x/*").unwrap(),
+            SubscriptionName::Glob(_)
+        ));
+        assert!(matches!(
+            SubscriptionName::parse("xdstp://a/T/x").unwrap(),
+            SubscriptionName::Urn(_)
+        ));
+    }
+}
