@@ -170,6 +170,30 @@ struct Parts {
     context: BTreeMap<String, String>,
 }
 
+/// The accessors URNs and URLs share, over their decoded [`Parts`].
+macro_rules! part_accessors {
+    () => {
+        pub fn authority(&self) -> &str {
+            &self.parts.authority
+        }
+
+        /// The protobuf message name of the resource, e.g. `envoy.config.cluster.v3.Cluster`.
+        pub fn resource_type(&self) -> &str {
+            &self.parts.resource_type
+        }
+
+        /// The id, decoded: `foo/bar` for `.../foo/bar`.
+        pub fn id(&self) -> &str {
+            &self.parts.id
+        }
+
+        /// The context parameters, decoded.
+        pub fn context(&self) -> &BTreeMap<String, String> {
+            &self.parts.context
+        }
+    };
+}
+
 /// A structured resource name: `xdstp://authority/type/id?context`. Equality ignores the order
 /// of context parameters; `Display` gives the normal form.
 #[derive(Clone, Debug, PartialEq, Eq, Hash, PartialOrd, Ord)]
@@ -205,22 +229,7 @@ impl XdstpUrn {
         Ok(Self { parts })
     }
 
-    pub fn authority(&self) -> &str {
-        &self.parts.authority
-    }
-
-    /// The protobuf message name of the resource, e.g. `envoy.config.cluster.v3.Cluster`.
-    pub fn resource_type(&self) -> &str {
-        &self.parts.resource_type
-    }
-
-    pub fn id(&self) -> &str {
-        &self.parts.id
-    }
-
-    pub fn context(&self) -> &BTreeMap<String, String> {
-        &self.parts.context
-    }
+    part_accessors!();
 
     /// The type segment names the resource's type; `type_url` may be a full type URL
     /// (`type.googleapis.com/envoy.config.cluster.v3.Cluster`) or a message name.
@@ -310,21 +319,7 @@ impl XdstpUrl {
         parse_url(name, 0)
     }
 
-    pub fn authority(&self) -> &str {
-        &self.parts.authority
-    }
-
-    pub fn resource_type(&self) -> &str {
-        &self.parts.resource_type
-    }
-
-    pub fn id(&self) -> &str {
-        &self.parts.id
-    }
-
-    pub fn context(&self) -> &BTreeMap<String, String> {
-        &self.parts.context
-    }
+    part_accessors!();
 
     pub fn directives(&self) -> &[Directive] {
         &self.directives
