@@ -4,12 +4,20 @@
 //!   proto3 JSON by reflection.
 //! - [`constraints`]: lossless conversion between core constraints and
 //!   `envoy.service.discovery.v3.DynamicParameterConstraints`, in binary and proto3 JSON form.
+//! - [`resource`]: resource types (aliases, message names), bodies in JSON and binary `Any`.
+//! - [`rules`]: type-specific rules: gRFC A37 clusters and the aggregate-cluster graph.
+//! - [`changeset`]: the write model REST, CLI and fixtures share, and its validation.
+//! - [`pointer`]: JSON pointers, so every error names its field.
 //!
 //! `envoy-types` pulls in tonic, so this lives outside the pure `vxds-core`.
 #![forbid(unsafe_code)]
 
+pub mod changeset;
 pub mod constraints;
 pub mod descriptors;
+pub mod pointer;
+pub mod resource;
+pub mod rules;
 
 /// The Envoy API types, re-exported so dependants use one version.
 pub use envoy_types::pb;

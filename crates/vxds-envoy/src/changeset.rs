@@ -1,0 +1,987 @@
+//! Changesets, the unit of write, and their validation.
+//!
+//! The request model ([`ChangesetRequest`], [`PutRequest`], ...) is what the REST API, the CLI
+//! and fixture files all speak. [`validate`] runs every rule that needs no stored state — types,
+//! names, constraints, the variant-set rules, bodies, type-specific rules — and reports every
+//! problem, each with a JSON pointer into the request. The store adds the rules that need its
+//! state (expected versions, the aggregate-cluster graph across the store) under its write lock,
+//! through [`ValidatedChangeset::graph_problems`].
+
+use std::collections::{BTreeMap, BTreeSet, HashMap};
+
+use serde::{Deserialize, Serialize};
+use serde_json::Value;
+use vxds_core::variants::{self, VariantLimits, VariantSetError};
+use vxds_core::xdstp::{self, ResourceName};
+use vxds_core::{CanonicalConstraints, Constraints, Limits, ParamSet};
+
+use crate::constraints::constraints_from_json;
+use crate::pointer::Pointer;
+use crate::resource::{Body, CLUSTER, ResourceType, content_hash};
+use crate::rules::{self, GraphProblem};
+
+/// A write of any number of operations, applied all or nothing as one revision.
+#[derive(Clone, Debug, Default, PartialEq, Serialize, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct ChangesetRequest {
+    /// Refuse (conflict) unless the store's head revision is this one.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub expected_revision: Option<u64>,
+    /// Validate and report, commit nothing.
+    #[serde(default, skip_serializing_if = "std::ops::Not::not")]
+    pub dry_run: bool,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub message: Option<String>,
+    pub operations: Vec<OperationRequest>,
+}
+
+#[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
+#[serde(tag = "op", rename_all = "snake_case")]
+pub enum OperationRequest {
+    /// Replace the resource's whole variant set (creating the resource if needed).
+    Put(PutRequest),
+    Delete(DeleteRequest),
+}
+
+/// A resource and its whole variant set: a put operation, a fixture document, a PUT body.
+#[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct PutRequest {
+    /// An alias (`cluster`), a message name or a type URL.
+    #[serde(rename = "type")]
+    pub resource_type: String,
+    pub name: String,
+    /// Refuse (conflict) unless the resource's current version is this one.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub expected_version: Option<String>,
+    pub variants: Vec<VariantRequest>,
+}
+
+#[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct DeleteRequest {
+    #[serde(rename = "type")]
+    pub resource_type: String,
+    pub name: String,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub expected_version: Option<String>,
+}
+
+#[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct VariantRequest {
+    /// Compact text (`env = "prod"`), proto3 JSON of `DynamicParameterConstraints`, or null
+    /// (or absent) for an unconstrained variant.
+    #[serde(default)]
+    pub constraints: Value,
+    /// The body: proto3 JSON with `@type`.
+    pub resource: Value,
+}
+
+/// What identifies a resource: its type URL and its name (xdstp names in normal form).
+#[derive(Clone, Debug, PartialEq, Eq, Hash, PartialOrd, Ord, Serialize)]
+pub struct ResourceKey {
+    pub type_url: String,
+    pub name: String,
+}
+
+/// Rules that are configuration rather than protocol.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct ValidationConfig {
+    pub limits: Limits,
+    pub variant_limits: VariantLimits,
+    /// xdstp authorities this server serves; empty allows any.
+    pub authorities: Vec<String>,
+    pub max_operations: usize,
+}
+
+impl Default for ValidationConfig {
+    fn default() -> Self {
+        Self {
+            limits: Limits::DEFAULT,
+            variant_limits: VariantLimits::DEFAULT,
+            authorities: Vec::new(),
+            max_operations: 10_000,
+        }
+    }
+}
+
+/// One problem with a request: where (a JSON pointer into the request, and the operation and
+/// variant), what (a stable code) and why (a message), and for overlaps a witness.
+#[derive(Clone, Debug, PartialEq, Eq, Serialize)]
+pub struct Problem {
+    pub pointer: Pointer,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub operation: Option<usize>,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub variant: Option<usize>,
+    pub code: String,
+    pub message: String,
+    /// A parameter set that matches two variants, for overlaps.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub witness: Option<ParamSet>,
+}
+
+impl Problem {
+    pub fn new(pointer: Pointer, code: impl Into<String>, message: impl Into<String>) -> Self {
+        Self {
+            pointer,
+            operation: None,
+            variant: None,
+            code: code.into(),
+            message: message.into(),
+            witness: None,
+        }
+    }
+
+    /// The same problem, attributed to an operation (and a variant of it).
+    pub fn at(mut self, operation: usize, variant: Option<usize>) -> Self {
+        self.operation = Some(operation);
+        self.variant = variant;
+        self
+    }
+}
+
+impl std::fmt::Display for Problem {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        let at = if self.pointer.as_str().is_empty() {
+            "/"
+        } else {
+            self.pointer.as_str()
+        };
+        write!(f, "{at}: {} ({})", self.message, self.code)
+    }
+}
+
+/// A changeset every stateless rule accepted.
+#[derive(Clone, Debug)]
+pub struct ValidatedChangeset {
+    pub expected_revision: Option<u64>,
+    pub dry_run: bool,
+    pub message: Option<String>,
+    pub operations: Vec<ValidatedOperation>,
+}
+
+#[derive(Clone, Debug)]
+pub struct ValidatedOperation {
+    /// Position in the request, for pointers.
+    pub index: usize,
+    pub key: ResourceKey,
+    pub expected_version: Option<String>,
+    pub action: Action,
+}
+
+#[derive(Clone, Debug)]
+pub enum Action {
+    Put(ValidatedResource),
+    Delete,
+}
+
+/// A resource's new variant set, with versions computed.
+#[derive(Clone, Debug)]
+pub struct ValidatedResource {
+    pub variants: Vec<ValidatedVariant>,
+    /// Hash of the variants' ids and versions, in order.
+    pub version: String,
+    /// For clusters: the clusters its aggregate variants point to (empty for other kinds).
+    pub aggregate_children: Option<BTreeSet<String>>,
+}
+
+#[derive(Clone, Debug)]
+pub struct ValidatedVariant {
+    pub constraints: CanonicalConstraints,
+    pub body: Body,
+    /// Hash of the type, the canonical constraints and the canonical body.
+    pub version: String,
+}
+
+/// The request was refused; every problem is listed.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct Invalid {
+    pub errors: Vec<Problem>,
+    pub warnings: Vec<Problem>,
+}
+
+#[derive(Clone, Debug)]
+pub struct Validated {
+    pub changeset: ValidatedChangeset,
+    pub warnings: Vec<Problem>,
+}
+
+/// Runs every stateless rule on `request`.
+pub fn validate(
+    request: &ChangesetRequest,
+    config: &ValidationConfig,
+) -> Result<Validated, Invalid> {
+    let mut v = Validator {
+        config,
+        errors: Vec::new(),
+        warnings: Vec::new(),
+    };
+    let ops_at = Pointer::root().push("operations");
+    if request.operations.len() > config.max_operations {
+        v.errors.push(Problem::new(
+            ops_at,
+            "too_many_operations",
+            format!(
+                "{} operations exceed the limit of {} per changeset",
+                request.operations.len(),
+                config.max_operations
+            ),
+        ));
+        return Err(v.into_invalid());
+    }
+    // Duplicates are found by key alone, so that one is reported even when the other
+    // operation has problems of its own.
+    let mut first_for_key: HashMap<ResourceKey, usize> = HashMap::new();
+    let mut operations = Vec::with_capacity(request.operations.len());
+    for (i, op) in request.operations.iter().enumerate() {
+        let at = ops_at.push(i);
+        if let Some(key) = key_of(op, config) {
+            if let Some(&first) = first_for_key.get(&key) {
+                v.errors.push(
+                    Problem::new(
+                        at,
+                        "duplicate_operation",
+                        format!(
+                            "operation {i} repeats the resource of operation {first}; one \
+                             operation per resource"
+                        ),
+                    )
+                    .at(i, None),
+                );
+                continue;
+            }
+            first_for_key.insert(key, i);
+        }
+        let validated = match op {
+            OperationRequest::Put(put) => v.put(i, put, &at),
+            OperationRequest::Delete(delete) => v.delete(i, delete, &at),
+        };
+        operations.extend(validated);
+    }
+    if !v.errors.is_empty() {
+        return Err(v.into_invalid());
+    }
+    let changeset = ValidatedChangeset {
+        expected_revision: request.expected_revision,
+        dry_run: request.dry_run,
+        message: request.message.clone(),
+        operations,
+    };
+    Ok(Validated {
+        changeset,
+        warnings: v.warnings,
+    })
+}
+
+/// [`validate`] for a request that stands for a whole store (fixture files checked offline):
+/// the aggregate-cluster graph is checked over the request's own clusters.
+pub fn validate_standalone(
+    request: &ChangesetRequest,
+    config: &ValidationConfig,
+) -> Result<Validated, Invalid> {
+    let validated = validate(request, config)?;
+    let edges: BTreeMap<String, BTreeSet<String>> = validated
+        .changeset
+        .aggregate_updates()
+        .into_iter()
+        .filter_map(|(name, children)| children.map(|c| (name, c)))
+        .collect();
+    let errors = validated.changeset.graph_problems(&edges);
+    if errors.is_empty() {
+        Ok(validated)
+    } else {
+        Err(Invalid {
+            errors,
+            warnings: validated.warnings,
+        })
+    }
+}
+
+/// The key an operation addresses, if its type and name are valid.
+fn key_of(op: &OperationRequest, config: &ValidationConfig) -> Option<ResourceKey> {
+    let (spelling, name) = match op {
+        OperationRequest::Put(p) => (&p.resource_type, &p.name),
+        OperationRequest::Delete(d) => (&d.resource_type, &d.name),
+    };
+    let ty = ResourceType::resolve(spelling).ok()?;
+    let mut scratch = Validator {
+        config,
+        errors: Vec::new(),
+        warnings: Vec::new(),
+    };
+    let name = scratch.name(name, &ty, 0, &Pointer::root())?;
+    Some(ResourceKey {
+        type_url: ty.type_url().to_owned(),
+        name,
+    })
+}
+
+impl ValidatedChangeset {
+    /// Clusters this changeset touches, with their new aggregate edges (`None`: no edges, the
+    /// cluster is deleted or not an aggregate).
+    pub fn aggregate_updates(&self) -> BTreeMap<String, Option<BTreeSet<String>>> {
+        self.operations
+            .iter()
+            .filter(|op| op.key.type_url.ends_with(CLUSTER))
+            .map(|op| {
+                let children = match &op.action {
+                    Action::Put(resource) => resource
+                        .aggregate_children
+                        .clone()
+                        .filter(|c| !c.is_empty()),
+                    Action::Delete => None,
+                };
+                (op.key.name.clone(), children)
+            })
+            .collect()
+    }
+
+    /// The aggregate-graph rules over `edges` (the whole graph after this changeset), as
+    /// problems pointing at this changeset's cluster operations.
+    pub fn graph_problems(&self, edges: &BTreeMap<String, BTreeSet<String>>) -> Vec<Problem> {
+        let changed: BTreeSet<String> = self.aggregate_updates().into_keys().collect();
+        rules::check_aggregate_graph(edges, &changed)
+            .into_iter()
+            .map(
+                |GraphProblem {
+                     cluster,
+                     code,
+                     message,
+                 }| {
+                    let op = self
+                        .operations
+                        .iter()
+                        .find(|op| op.key.type_url.ends_with(CLUSTER) && op.key.name == cluster)
+                        .map_or(0, |op| op.index);
+                    Problem::new(Pointer::root().push("operations").push(op), code, message)
+                        .at(op, None)
+                },
+            )
+            .collect()
+    }
+}
+
+struct Validator<'a> {
+    config: &'a ValidationConfig,
+    errors: Vec<Problem>,
+    warnings: Vec<Problem>,
+}
+
+impl Validator<'_> {
+    fn into_invalid(self) -> Invalid {
+        Invalid {
+            errors: self.errors,
+            warnings: self.warnings,
+        }
+    }
+
+    fn error(&mut self, problem: Problem) {
+        self.errors.push(problem);
+    }
+
+    fn resource_type(&mut self, spelling: &str, i: usize, at: &Pointer) -> Option<ResourceType> {
+        match ResourceType::resolve(spelling) {
+            Ok(ty) => Some(ty),
+            Err(e) => {
+                self.error(
+                    Problem::new(at.push("type"), "unknown_type", e.to_string()).at(i, None),
+                );
+                None
+            }
+        }
+    }
+
+    /// The resource name in normal form.
+    fn name(&mut self, name: &str, ty: &ResourceType, i: usize, at: &Pointer) -> Option<String> {
+        let at = at.push("name");
+        let fail =
+            |code: &str, message: String| Problem::new(at.clone(), code, message).at(i, None);
+        if name.is_empty() {
+            self.error(fail(
+                "empty_name",
+                "a resource name must not be empty".into(),
+            ));
+            return None;
+        }
+        if name.len() > xdstp::MAX_NAME_LEN {
+            self.error(fail(
+                "name_too_long",
+                format!(
+                    "the name is {} bytes long; the limit is {}",
+                    name.len(),
+                    xdstp::MAX_NAME_LEN
+                ),
+            ));
+            return None;
+        }
+        if let Some(c) = name.chars().find(|c| c.is_control()) {
+            self.error(fail(
+                "invalid_name",
+                format!("the name contains the control character U+{:04X}", c as u32),
+            ));
+            return None;
+        }
+        match ResourceName::parse(name) {
+            Ok(ResourceName::Opaque(name)) => Some(name),
+            Ok(ResourceName::Xdstp(urn)) => {
+                let checked = urn
+                    .check_type(ty.type_url())
+                    .and_then(|()| urn.check_authority(&self.config.authorities));
+                match checked {
+                    Ok(()) => Some(urn.to_string()),
+                    Err(e) => {
+                        self.error(fail(e.code(), e.to_string()));
+                        None
+                    }
+                }
+            }
+            Err(e) => {
+                self.error(fail(e.code(), e.to_string()));
+                None
+            }
+        }
+    }
+
+    fn delete(
+        &mut self,
+        i: usize,
+        delete: &DeleteRequest,
+        at: &Pointer,
+    ) -> Option<ValidatedOperation> {
+        let ty = self.resource_type(&delete.resource_type, i, at);
+        let name = ty
+            .as_ref()
+            .and_then(|ty| self.name(&delete.name, ty, i, at));
+        Some(ValidatedOperation {
+            index: i,
+            key: ResourceKey {
+                type_url: ty?.type_url().to_owned(),
+                name: name?,
+            },
+            expected_version: delete.expected_version.clone(),
+            action: Action::Delete,
+        })
+    }
+
+    fn put(&mut self, i: usize, put: &PutRequest, at: &Pointer) -> Option<ValidatedOperation> {
+        let errors_before = self.errors.len();
+        let ty = self.resource_type(&put.resource_type, i, at)?;
+        let name = self.name(&put.name, &ty, i, at);
+        let variants_at = at.push("variants");
+        let max = self.config.variant_limits.max_variants;
+        if put.variants.is_empty() {
+            self.error(
+                Problem::new(
+                    variants_at,
+                    "no_variants",
+                    "a resource needs at least one variant; delete it instead",
+                )
+                .at(i, None),
+            );
+            return None;
+        }
+        if put.variants.len() > max {
+            self.error(
+                Problem::new(
+                    variants_at,
+                    "too_many_variants",
+                    format!(
+                        "{} variants exceed the limit of {max} per resource",
+                        put.variants.len()
+                    ),
+                )
+                .at(i, None),
+            );
+            return None;
+        }
+        let mut parsed = Vec::with_capacity(put.variants.len());
+        for (j, variant) in put.variants.iter().enumerate() {
+            let at = variants_at.push(j);
+            let constraints = self.constraints(&variant.constraints, i, j, &at.push("constraints"));
+            let body = self.body(
+                &variant.resource,
+                &ty,
+                name.as_deref(),
+                i,
+                j,
+                &at.push("resource"),
+            );
+            parsed.push((constraints, body));
+        }
+        // The set rules need every variant's constraints.
+        let canonical: Option<Vec<CanonicalConstraints>> = parsed
+            .iter()
+            .map(|(c, _)| c.as_ref().map(Constraints::canonical))
+            .collect();
+        if let Some(canonical) = &canonical {
+            self.variant_set(canonical, i, &variants_at);
+        }
+        if self.errors.len() > errors_before {
+            return None;
+        }
+        let name = name?;
+        let canonical = canonical?;
+        let mut variants = Vec::with_capacity(parsed.len());
+        let mut children: Option<BTreeSet<String>> = None;
+        for (constraints, (_, body)) in canonical.into_iter().zip(parsed) {
+            let (body, aggregate) = body?;
+            if ty.message_name() == CLUSTER {
+                children
+                    .get_or_insert_default()
+                    .extend(aggregate.into_iter().flatten());
+            }
+            let version = content_hash(
+                "vxds.variant.v1",
+                &[
+                    ty.type_url().as_bytes(),
+                    constraints.to_string().as_bytes(),
+                    body.canonical_json.as_bytes(),
+                ],
+            );
+            variants.push(ValidatedVariant {
+                constraints,
+                body,
+                version,
+            });
+        }
+        let mut parts: Vec<&[u8]> = vec![ty.type_url().as_bytes(), name.as_bytes()];
+        let ids: Vec<String> = variants
+            .iter()
+            .map(|v| v.constraints.id().to_string())
+            .collect();
+        for (id, variant) in ids.iter().zip(&variants) {
+            parts.push(id.as_bytes());
+            parts.push(variant.version.as_bytes());
+        }
+        let version = content_hash("vxds.resource.v1", &parts);
+        Some(ValidatedOperation {
+            index: i,
+            key: ResourceKey {
+                type_url: ty.type_url().to_owned(),
+                name,
+            },
+            expected_version: put.expected_version.clone(),
+            action: Action::Put(ValidatedResource {
+                variants,
+                version,
+                aggregate_children: children,
+            }),
+        })
+    }
+
+    fn constraints(
+        &mut self,
+        json: &Value,
+        i: usize,
+        j: usize,
+        at: &Pointer,
+    ) -> Option<Constraints> {
+        let limits = &self.config.limits;
+        let result = match json {
+            Value::Null => Ok(Constraints::unconstrained()),
+            Value::String(text) => Constraints::parse(text, limits)
+                .map_err(|e| Problem::new(at.clone(), "invalid_constraints", e.to_string())),
+            Value::Object(_) => constraints_from_json(json, limits).map_err(|e| {
+                // Limit errors carry a pointer inside the constraints message.
+                let pointer = match &e {
+                    crate::constraints::ConstraintsJsonError::Invalid(inner) => {
+                        Pointer::parse(&inner.path).map_or(at.clone(), |p| at.join(&p))
+                    }
+                    crate::constraints::ConstraintsJsonError::Json(_) => at.clone(),
+                };
+                let message = match &e {
+                    crate::constraints::ConstraintsJsonError::Invalid(inner) => {
+                        inner.kind.to_string()
+                    }
+                    other => other.to_string(),
+                };
+                Problem::new(pointer, e.code(), message)
+            }),
+            _ => Err(Problem::new(
+                at.clone(),
+                "invalid_constraints",
+                "constraints are compact text, a DynamicParameterConstraints object, or null",
+            )),
+        };
+        match result {
+            Ok(c) => Some(c),
+            Err(problem) => {
+                self.error(problem.at(i, Some(j)));
+                None
+            }
+        }
+    }
+
+    /// The body and, for aggregate clusters, the clusters it points to.
+    fn body(
+        &mut self,
+        json: &Value,
+        ty: &ResourceType,
+        name: Option<&str>,
+        i: usize,
+        j: usize,
+        at: &Pointer,
+    ) -> Option<(Body, Option<Vec<String>>)> {
+        let body = match Body::from_json(json, ty) {
+            Ok(body) => body,
+            Err(e) => {
+                self.error(Problem::new(at.join(&e.pointer), e.code, e.message).at(i, Some(j)));
+                return None;
+            }
+        };
+        let mut ok = true;
+        if let (Some(field), Some(name)) = (ty.name_field(), name) {
+            let own = body.name(ty).unwrap_or_default();
+            let own_normal = xdstp::normalize(&own)
+                .map(|n| n.into_owned())
+                .unwrap_or(own.clone());
+            if own_normal != name {
+                let message = if own.is_empty() {
+                    format!(
+                        "the body's `{}` is empty; it must be the resource name `{name}`",
+                        field.name()
+                    )
+                } else {
+                    format!(
+                        "the body's `{}` is `{own}` but the resource is named `{name}`",
+                        field.name()
+                    )
+                };
+                self.error(
+                    Problem::new(at.push(field.name()), "name_mismatch", message).at(i, Some(j)),
+                );
+                ok = false;
+            }
+        }
+        let mut aggregate = None;
+        if ty.message_name() == CLUSTER {
+            let report = rules::check_cluster(&body);
+            for e in report.errors {
+                self.error(Problem::new(at.join(&e.pointer), e.code, e.message).at(i, Some(j)));
+                ok = false;
+            }
+            for w in report.warnings {
+                self.warnings
+                    .push(Problem::new(at.join(&w.pointer), w.code, w.message).at(i, Some(j)));
+            }
+            aggregate = report.aggregate_children;
+        }
+        ok.then_some((body, aggregate))
+    }
+
+    fn variant_set(&mut self, variants: &[CanonicalConstraints], i: usize, at: &Pointer) {
+        let limits = &self.config.variant_limits;
+        if let Err(errors) = variants::validate_variant_set(variants, limits) {
+            for e in errors {
+                let pointer = match e.variant() {
+                    Some(j) => at.push(j).push("constraints"),
+                    None => at.clone(),
+                };
+                let witness = e.witness().cloned();
+                let mut problem = Problem::new(pointer, e.code(), e.to_string()).at(i, e.variant());
+                problem.witness = witness;
+                self.error(problem);
+            }
+        }
+        // A variant no client can match is legal, and almost certainly a mistake.
+        match variants::never_matching(variants, limits) {
+            Ok(dead) => {
+                for j in dead {
+                    self.warnings.push(
+                        Problem::new(
+                            at.push(j).push("constraints"),
+                            "never_matches",
+                            format!(
+                                "variant {j}'s constraints `{}` match no parameter set",
+                                variants[j]
+                            ),
+                        )
+                        .at(i, Some(j)),
+                    );
+                }
+            }
+            Err(VariantSetError::TooComplex { .. } | VariantSetError::TooManyKeys { .. }) => {}
+            Err(_) => {}
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use serde_json::json;
+
+    fn route(name: &str) -> Value {
+        json!({"@type": "type.googleapis.com/envoy.config.route.v3.RouteConfiguration", "name": name})
+    }
+
+    fn put(ty: &str, name: &str, variants: Vec<(Value, Value)>) -> OperationRequest {
+        OperationRequest::Put(PutRequest {
+            resource_type: ty.into(),
+            name: name.into(),
+            expected_version: None,
+            variants: variants
+                .into_iter()
+                .map(|(constraints, resource)| VariantRequest {
+                    constraints,
+                    resource,
+                })
+                .collect(),
+        })
+    }
+
+    fn run(ops: Vec<OperationRequest>) -> Result<Validated, Invalid> {
+        validate(
+            &ChangesetRequest {
+                operations: ops,
+                ..Default::default()
+            },
+            &ValidationConfig::default(),
+        )
+    }
+
+    fn problems(ops: Vec<OperationRequest>) -> Vec<(String, String)> {
+        run(ops)
+            .unwrap_err()
+            .errors
+            .into_iter()
+            .map(|p| (p.pointer.to_string(), p.code))
+            .collect()
+    }
+
+    #[test]
+    fn accepts_variants_in_text_json_and_null() {
+        let ok = run(vec![put(
+            "route",
+            "r",
+            vec![
+                (json!(r#"env = "prod""#), route("r")),
+                (
+                    json!({"constraint": {"key": "env", "value": "test"}}),
+                    route("r"),
+                ),
+            ],
+        )])
+        .unwrap();
+        let Action::Put(resource) = &ok.changeset.operations[0].action else {
+            panic!()
+        };
+        assert_eq!(resource.variants.len(), 2);
+        assert_eq!(resource.version.len(), 16);
+        assert_ne!(resource.variants[0].version, resource.variants[1].version);
+        assert_eq!(
+            ok.changeset.operations[0].key.type_url,
+            "type.googleapis.com/envoy.config.route.v3.RouteConfiguration"
+        );
+        assert!(run(vec![put("route", "r", vec![(json!(null), route("r"))])]).is_ok());
+    }
+
+    #[test]
+    fn versions_are_content_hashes() {
+        let a = run(vec![put(
+            "route",
+            "r",
+            vec![(json!("env = a"), route("r"))],
+        )])
+        .unwrap();
+        let b = run(vec![put(
+            "route",
+            "r",
+            vec![(json!(r#"env == "a""#), route("r"))],
+        )])
+        .unwrap();
+        let version = |v: &Validated| match &v.changeset.operations[0].action {
+            Action::Put(r) => r.version.clone(),
+            Action::Delete => unreachable!(),
+        };
+        assert_eq!(version(&a), version(&b));
+        let c = run(vec![put(
+            "route",
+            "r",
+            vec![(json!("env = b"), route("r"))],
+        )])
+        .unwrap();
+        assert_ne!(version(&a), version(&c));
+    }
+
+    #[test]
+    fn reports_every_problem_with_its_pointer() {
+        let errors = problems(vec![
+            put("nope", "x", vec![(json!(null), route("x"))]),
+            put("route", "", vec![(json!("env = "), json!({"name": "y"}))]),
+            put(
+                "route",
+                "r",
+                vec![
+                    (json!("env in (a, b)"), route("r")),
+                    (json!("env in (b, c)"), route("r")),
+                ],
+            ),
+            put("route", "r2", vec![(json!(null), route("other"))]),
+            put("route", "r3", vec![]),
+            OperationRequest::Delete(DeleteRequest {
+                resource_type: "route".into(),
+                name: "r".into(),
+                expected_version: None,
+            }),
+        ]);
+        assert_eq!(
+            errors,
+            vec![
+                ("/operations/0/type".into(), "unknown_type".into()),
+                ("/operations/1/name".into(), "empty_name".into()),
+                (
+                    "/operations/1/variants/0/constraints".into(),
+                    "invalid_constraints".into()
+                ),
+                (
+                    "/operations/1/variants/0/resource/@type".into(),
+                    "missing_type".into()
+                ),
+                (
+                    "/operations/2/variants/1/constraints".into(),
+                    "overlapping_variants".into()
+                ),
+                (
+                    "/operations/3/variants/0/resource/name".into(),
+                    "name_mismatch".into()
+                ),
+                ("/operations/4/variants".into(), "no_variants".into()),
+                ("/operations/5".into(), "duplicate_operation".into()),
+            ]
+        );
+        let overlap = run(vec![put(
+            "route",
+            "r",
+            vec![
+                (json!("env in (a, b)"), route("r")),
+                (json!("env in (b, c)"), route("r")),
+            ],
+        )])
+        .unwrap_err();
+        assert_eq!(
+            overlap.errors[0].witness,
+            Some([("env", "b")].into_iter().collect())
+        );
+        assert_eq!(
+            (overlap.errors[0].operation, overlap.errors[0].variant),
+            (Some(0), Some(1))
+        );
+    }
+
+    #[test]
+    fn json_constraint_errors_point_inside_the_constraints() {
+        let errors = problems(vec![put(
+            "route",
+            "r",
+            vec![(
+                json!({"and_constraints": {"constraints": [{"constraint": {"key": "", "value": "x"}}]}}),
+                route("r"),
+            )],
+        )]);
+        assert_eq!(
+            errors,
+            vec![(
+                "/operations/0/variants/0/constraints/and_constraints/constraints/0/constraint/key"
+                    .into(),
+                "empty_key".into()
+            )]
+        );
+    }
+
+    #[test]
+    fn xdstp_names_are_normalised_and_checked() {
+        let name = "xdstp://auth/envoy.config.route.v3.RouteConfiguration/r?b=2&a=1";
+        let ok = run(vec![put("route", name, vec![(json!(null), route(name))])]).unwrap();
+        assert_eq!(
+            ok.changeset.operations[0].key.name,
+            "xdstp://auth/envoy.config.route.v3.RouteConfiguration/r?a=1&b=2"
+        );
+        let wrong_type = "xdstp://auth/envoy.config.cluster.v3.Cluster/r";
+        assert_eq!(
+            problems(vec![put(
+                "route",
+                wrong_type,
+                vec![(json!(null), route(wrong_type))]
+            )]),
+            vec![("/operations/0/name".into(), "xdstp_type_mismatch".into())]
+        );
+        let config = ValidationConfig {
+            authorities: vec!["auth".into()],
+            ..Default::default()
+        };
+        let other = "xdstp://elsewhere/envoy.config.route.v3.RouteConfiguration/r";
+        let request = ChangesetRequest {
+            operations: vec![put("route", other, vec![(json!(null), route(other))])],
+            ..Default::default()
+        };
+        assert_eq!(
+            validate(&request, &config).unwrap_err().errors[0].code,
+            "unknown_authority"
+        );
+    }
+
+    #[test]
+    fn standalone_validation_checks_the_aggregate_graph() {
+        let agg = |name: &str, children: &[&str]| {
+            put(
+                "cluster",
+                name,
+                vec![(
+                    json!(null),
+                    json!({"@type": "type.googleapis.com/envoy.config.cluster.v3.Cluster", "name": name,
+                           "cluster_type": {"name": "envoy.clusters.aggregate", "typed_config": {
+                               "@type": rules::AGGREGATE_CONFIG_TYPE_URL, "clusters": children}}}),
+                )],
+            )
+        };
+        let request = ChangesetRequest {
+            operations: vec![agg("a", &["b"]), agg("b", &["a"])],
+            ..Default::default()
+        };
+        assert!(validate(&request, &ValidationConfig::default()).is_ok());
+        let invalid = validate_standalone(&request, &ValidationConfig::default()).unwrap_err();
+        assert_eq!(invalid.errors.len(), 1);
+        assert_eq!(invalid.errors[0].code, "aggregate_cycle");
+        assert_eq!(invalid.errors[0].pointer.to_string(), "/operations/0");
+    }
+
+    #[test]
+    fn warnings_do_not_refuse() {
+        let ok = run(vec![put(
+            "cluster",
+            "s",
+            vec![(json!(null), json!({"@type": "type.googleapis.com/envoy.config.cluster.v3.Cluster", "name": "s", "type": "STATIC"}))],
+        )])
+        .unwrap();
+        assert_eq!(ok.warnings[0].code, "not_for_grpc");
+        let dead = run(vec![put(
+            "route",
+            "r",
+            vec![(json!("env = a && env = b"), route("r"))],
+        )])
+        .unwrap();
+        assert_eq!(dead.warnings[0].code, "never_matches");
+    }
+
+    #[test]
+    fn request_model_reads_the_documented_shape() {
+        let request: ChangesetRequest = serde_json::from_value(json!({
+            "expected_revision": 3,
+            "message": "split prod",
+            "operations": [
+                {"op": "put", "type": "route", "name": "r", "variants": [{"constraints": "env = prod", "resource": route("r")}]},
+                {"op": "delete", "type": "cluster", "name": "old"}
+            ]
+        }))
+        .unwrap();
+        assert_eq!(request.expected_revision, Some(3));
+        assert!(matches!(request.operations[1], OperationRequest::Delete(_)));
+        let bad: Result<ChangesetRequest, _> = serde_json::from_value(
+            json!({"operations": [{"op": "put", "type": "r", "name": "r", "variants": [], "extra": 1}]}),
+        );
+        assert!(bad.is_err());
+    }
+}
