@@ -1,0 +1,282 @@
+//! The in-memory index the ADS server reads: the store's state at one revision, kept current
+//! from the change feed by one writer task.
+//!
+//! A [`Snapshot`] is immutable and holds exactly one revision's state. The writer builds the
+//! next one from the previous with persistent maps (`imbl`), so a revision costs work in the
+//! size of its change, not of the store, and unchanged resources are shared, never copied.
+//! Readers take an `Arc` to the current snapshot (a brief borrow of a watch channel) and never
+//! touch the database or block the writer. Variant bodies are held encoded, once, for every
+//! stream to share.
+
+use std::collections::BTreeSet;
+use std::sync::Arc;
+
+use backon::Retryable;
+use bytes::Bytes;
+use imbl::{OrdMap, Vector};
+use tokio::sync::watch;
+use tokio::task::JoinHandle;
+use tracing::{debug, error, warn};
+use vxds_core::variants::VariantMatcher;
+use vxds_core::{CanonicalConstraints, ConstraintsId, Params};
+use vxds_envoy::changeset::ResourceKey;
+use vxds_envoy::constraints::constraints_to_proto;
+use vxds_envoy::pb::envoy::service::discovery::v3::DynamicParameterConstraints;
+
+use crate::error::StoreError;
+use crate::model::{ChangeBatch, StoredResource};
+use crate::store::{Store, retry_policy};
+
+/// How many revisions' change lists a snapshot remembers, for consumers that fell behind.
+const HISTORY: usize = 4096;
+
+/// One variant, ready to send.
+#[derive(Debug)]
+pub struct IndexedVariant {
+    pub id: ConstraintsId,
+    pub constraints: CanonicalConstraints,
+    /// The constraints as sent in `Resource.resource_name`; `None` when unconstrained.
+    pub constraints_proto: Option<DynamicParameterConstraints>,
+    /// The encoded `google.protobuf.Any`.
+    pub body: Bytes,
+    /// Content hash: the per-resource version clients see.
+    pub version: String,
+}
+
+/// A resource: its variants and the matcher that picks one for a subscriber.
+#[derive(Debug)]
+pub struct IndexedResource {
+    pub key: ResourceKey,
+    pub version: String,
+    /// The revision that last changed it.
+    pub revision: u64,
+    pub variants: Vec<IndexedVariant>,
+    pub matcher: VariantMatcher,
+}
+
+impl IndexedResource {
+    fn from_stored(stored: StoredResource) -> Self {
+        let canonical: Vec<CanonicalConstraints> = stored
+            .variants
+            .iter()
+            .map(|v| v.constraints.clone())
+            .collect();
+        let matcher = VariantMatcher::new(&canonical);
+        let variants = stored
+            .variants
+            .into_iter()
+            .map(|v| IndexedVariant {
+                id: v.id,
+                constraints_proto: constraints_to_proto(v.constraints.constraints()),
+                constraints: v.constraints,
+                body: Bytes::from(v.body),
+                version: v.version,
+            })
+            .collect();
+        Self {
+            key: stored.key,
+            version: stored.version,
+            revision: stored.revision,
+            variants,
+            matcher,
+        }
+    }
+
+    /// The variant a subscriber with `params` receives, if any.
+    pub fn resolve<P: Params + ?Sized>(&self, params: &P) -> Option<&IndexedVariant> {
+        self.matcher.resolve(params).map(|i| &self.variants[i])
+    }
+}
+
+/// The resources a revision changed.
+#[derive(Clone, Debug)]
+pub struct RevisionChanges {
+    pub revision: u64,
+    pub changed: Arc<[ResourceKey]>,
+}
+
+/// The store's state at one revision.
+#[derive(Clone, Debug, Default)]
+pub struct Snapshot {
+    pub revision: u64,
+    resources: OrdMap<ResourceKey, Arc<IndexedResource>>,
+    history: Vector<RevisionChanges>,
+}
+
+impl Snapshot {
+    pub fn get(&self, type_url: &str, name: &str) -> Option<&Arc<IndexedResource>> {
+        self.resources.get(&ResourceKey {
+            type_url: type_url.to_owned(),
+            name: name.to_owned(),
+        })
+    }
+
+    /// Every resource of a type, in name order.
+    pub fn of_type<'a>(
+        &'a self,
+        type_url: &'a str,
+    ) -> impl Iterator<Item = &'a Arc<IndexedResource>> + 'a {
+        self.with_prefix(type_url, "")
+    }
+
+    /// Resources of a type whose names start with `prefix`, in name order.
+    pub fn with_prefix<'a>(
+        &'a self,
+        type_url: &'a str,
+        prefix: &'a str,
+    ) -> impl Iterator<Item = &'a Arc<IndexedResource>> + 'a {
+        let start = ResourceKey {
+            type_url: type_url.to_owned(),
+            name: prefix.to_owned(),
+        };
+        self.resources
+            .range(start..)
+            .take_while(move |(k, _)| k.type_url == type_url && k.name.starts_with(prefix))
+            .map(|(_, r)| r)
+    }
+
+    pub fn len(&self) -> usize {
+        self.resources.len()
+    }
+
+    pub fn is_empty(&self) -> bool {
+        self.resources.is_empty()
+    }
+
+    /// The resources changed after `revision` up to this snapshot; `None` if that is further
+    /// back than the history kept (treat everything as changed).
+    pub fn changed_since(&self, revision: u64) -> Option<BTreeSet<ResourceKey>> {
+        if revision >= self.revision {
+            return Some(BTreeSet::new());
+        }
+        let oldest_kept = self
+            .history
+            .front()
+            .map_or(self.revision + 1, |h| h.revision);
+        if revision + 1 < oldest_kept {
+            return None;
+        }
+        Some(
+            self.history
+                .iter()
+                .filter(|h| h.revision > revision)
+                .flat_map(|h| h.changed.iter().cloned())
+                .collect(),
+        )
+    }
+
+    /// Each revision after `revision` that this snapshot still remembers, oldest first.
+    pub fn revisions_since(&self, revision: u64) -> impl Iterator<Item = &RevisionChanges> {
+        self.history.iter().filter(move |h| h.revision > revision)
+    }
+
+    /// The next snapshot: this one with `batch` applied.
+    fn apply(&self, batch: ChangeBatch) -> Snapshot {
+        let mut next = self.clone();
+        for key in batch.deleted {
+            next.resources.remove(&key);
+        }
+        for stored in batch.resources {
+            let key = stored.key.clone();
+            next.resources
+                .insert(key, Arc::new(IndexedResource::from_stored(stored)));
+        }
+        for (revision, changed) in batch.revisions {
+            next.history.push_back(RevisionChanges {
+                revision,
+                changed: changed.into(),
+            });
+            if next.history.len() > HISTORY {
+                next.history.pop_front();
+            }
+        }
+        next.revision = batch.revision;
+        next
+    }
+}
+
+/// A read handle on the index. Cheap to clone.
+#[derive(Clone, Debug)]
+pub struct Index {
+    snapshots: watch::Receiver<Arc<Snapshot>>,
+    /// For a fixed index, the sender, kept so that waiting readers wait rather than see a
+    /// closed channel.
+    _fixed: Option<Arc<watch::Sender<Arc<Snapshot>>>>,
+}
+
+impl Index {
+    /// The current snapshot.
+    pub fn snapshot(&self) -> Arc<Snapshot> {
+        self.snapshots.borrow().clone()
+    }
+
+    /// A receiver that is told of every new snapshot.
+    pub fn subscribe(&self) -> watch::Receiver<Arc<Snapshot>> {
+        self.snapshots.clone()
+    }
+
+    /// The first snapshot at `revision` or later.
+    pub async fn wait_for(&self, revision: u64) -> Arc<Snapshot> {
+        let mut rx = self.snapshots.clone();
+        match rx.wait_for(|s| s.revision >= revision).await {
+            Ok(snapshot) => snapshot.clone(),
+            // The writer is gone; the last snapshot is all there will be.
+            Err(_) => self.snapshot(),
+        }
+    }
+
+    /// An index over fixed state, not following any store (tests and offline tools).
+    pub fn fixed(snapshot: Snapshot) -> Self {
+        let (tx, rx) = watch::channel(Arc::new(snapshot));
+        Self {
+            snapshots: rx,
+            _fixed: Some(Arc::new(tx)),
+        }
+    }
+}
+
+/// Loads the index from `store`, then keeps it current in a task of its own.
+pub async fn start(store: Store) -> Result<(Index, JoinHandle<()>), StoreError> {
+    let initial = Snapshot::default().apply(store.changes_since(0).await?);
+    debug!(
+        revision = initial.revision,
+        resources = initial.len(),
+        "index loaded"
+    );
+    let (tx, rx) = watch::channel(Arc::new(initial));
+    let writer = tokio::spawn(follow(store, tx));
+    Ok((
+        Index {
+            snapshots: rx,
+            _fixed: None,
+        },
+        writer,
+    ))
+}
+
+/// The one writer: waits for the head to pass the index, reads what changed, publishes.
+async fn follow(store: Store, tx: watch::Sender<Arc<Snapshot>>) {
+    let mut head = store.watch_head();
+    loop {
+        let current = tx.borrow().clone();
+        if head.wait_for(|h| *h > current.revision).await.is_err() {
+            warn!("the store's head watch closed; the index stops following");
+            return;
+        }
+        let batch = (|| store.changes_since(current.revision))
+            .retry(retry_policy())
+            .notify(|e, after| error!(error = %e, ?after, "reading changes for the index failed; retrying"))
+            .await;
+        match batch {
+            Ok(batch) => {
+                let next = current.apply(batch);
+                debug!(revision = next.revision, "index advanced");
+                tx.send_replace(Arc::new(next));
+            }
+            Err(e) => error!(error = %e, "giving up on a batch of changes"),
+        }
+        if tx.is_closed() {
+            return;
+        }
+    }
+}

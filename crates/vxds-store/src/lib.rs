@@ -1,0 +1,20 @@
+//! The variant database: the source of truth, and the in-memory index the ADS server reads.
+//!
+//! - [`Store`] (module `store`): Postgres or embedded SQLite behind one implementation.
+//!   Changesets are validated and applied all or nothing as one gap-free revision; revisions
+//!   are kept as history and are the change feed.
+//! - [`index`]: the state at one revision in memory, kept current from the change feed by one
+//!   writer task; streams read snapshots and never the database.
+//! - [`model`]: what the store holds and answers with; [`error`]: its errors.
+#![forbid(unsafe_code)]
+
+pub mod error;
+pub mod index;
+pub mod model;
+mod store;
+
+pub use error::{ApplyError, Conflict, StoreError};
+pub use index::{Index, IndexedResource, IndexedVariant, Snapshot};
+pub use model::*;
+pub use store::{Backend, Store, StoreOptions, migrate_url, redact};
+pub use vxds_envoy::changeset::ResourceKey;

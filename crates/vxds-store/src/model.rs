@@ -1,0 +1,131 @@
+//! What the store holds and answers with.
+
+use serde::Serialize;
+use vxds_core::{CanonicalConstraints, ConstraintsId};
+use vxds_envoy::changeset::{Problem, ResourceKey};
+
+/// A resource as stored, with all its variants in order.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct StoredResource {
+    pub key: ResourceKey,
+    /// Hash of the variants' ids and versions.
+    pub version: String,
+    /// The revision that last changed it.
+    pub revision: u64,
+    pub created_revision: u64,
+    pub created_at_ms: i64,
+    pub updated_at_ms: i64,
+    pub variants: Vec<StoredVariant>,
+}
+
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct StoredVariant {
+    pub id: ConstraintsId,
+    pub constraints: CanonicalConstraints,
+    /// The body: an encoded `google.protobuf.Any`.
+    pub body: Vec<u8>,
+    /// Content hash of type, constraints and body.
+    pub version: String,
+    pub created_at_ms: i64,
+    pub updated_at_ms: i64,
+}
+
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Serialize)]
+#[serde(rename_all = "snake_case")]
+pub enum ChangeKind {
+    Created,
+    Updated,
+    Deleted,
+}
+
+impl ChangeKind {
+    pub fn as_str(self) -> &'static str {
+        match self {
+            ChangeKind::Created => "created",
+            ChangeKind::Updated => "updated",
+            ChangeKind::Deleted => "deleted",
+        }
+    }
+
+    pub(crate) fn parse(s: &str) -> Option<Self> {
+        match s {
+            "created" => Some(ChangeKind::Created),
+            "updated" => Some(ChangeKind::Updated),
+            "deleted" => Some(ChangeKind::Deleted),
+            _ => None,
+        }
+    }
+}
+
+/// One resource a revision changed.
+#[derive(Clone, Debug, PartialEq, Eq, Serialize)]
+pub struct Change {
+    #[serde(flatten)]
+    pub key: ResourceKey,
+    pub change: ChangeKind,
+    /// The resource's version after the change; `None` when deleted.
+    pub version: Option<String>,
+}
+
+/// A committed changeset.
+#[derive(Clone, Debug, PartialEq, Eq, Serialize)]
+pub struct Revision {
+    pub revision: u64,
+    pub created_at_ms: i64,
+    pub author: Option<String>,
+    pub message: Option<String>,
+    pub changes: Vec<Change>,
+}
+
+/// What applying a changeset did (or, for a dry run, would do).
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct Applied {
+    /// The new revision; the current head when nothing changed.
+    pub revision: u64,
+    pub dry_run: bool,
+    /// Resources whose state changed; operations that changed nothing are left out.
+    pub changes: Vec<Change>,
+    pub warnings: Vec<Problem>,
+}
+
+/// One row of a resource listing.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct ResourceSummary {
+    pub key: ResourceKey,
+    pub version: String,
+    pub revision: u64,
+    pub variant_count: u64,
+    pub updated_at_ms: i64,
+}
+
+#[derive(Clone, Debug, Default, PartialEq, Eq)]
+pub struct ListQuery {
+    /// Only this type URL.
+    pub type_url: Option<String>,
+    /// Only names starting with this.
+    pub prefix: Option<String>,
+    pub limit: usize,
+    /// Resume after this key (the previous page's `next`).
+    pub after: Option<ResourceKey>,
+}
+
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct ListPage {
+    pub resources: Vec<ResourceSummary>,
+    /// Where the next page starts, if there is one.
+    pub next: Option<ResourceKey>,
+}
+
+/// Everything committed after a revision, read from one consistent snapshot.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct ChangeBatch {
+    /// The snapshot's head revision: the state below is exactly this revision's.
+    pub revision: u64,
+    /// Each revision after the one asked for, with the resources it changed.
+    pub revisions: Vec<(u64, Vec<ResourceKey>)>,
+    /// The current state of every changed resource that still exists (all resources when
+    /// asked for everything after revision 0).
+    pub resources: Vec<StoredResource>,
+    /// Changed resources that no longer exist.
+    pub deleted: Vec<ResourceKey>,
+}

@@ -1,0 +1,353 @@
+//! The store: one implementation over sqlx's `Any` driver for Postgres and SQLite.
+//!
+//! Store methods own their transactions. Writers serialise on the single head row, which makes
+//! revisions gap-free and lets validation that needs stored state run under the lock
+//! ([`write`]). Reads that feed the index see one consistent snapshot ([`read`]). After every
+//! commit the head revision is published on a watch channel; with Postgres, `LISTEN/NOTIFY`
+//! tells every replica too ([`notify`]).
+
+mod notify;
+mod read;
+mod write;
+
+use std::path::PathBuf;
+use std::sync::{Arc, Mutex};
+use std::time::Duration;
+
+use sqlx::any::{AnyPoolOptions, install_default_drivers};
+use sqlx::migrate::Migrator;
+use sqlx::{AnyPool, Row};
+use tokio::sync::watch;
+use tokio::task::JoinHandle;
+use vxds_envoy::changeset::ValidationConfig;
+
+use crate::error::StoreError;
+
+static POSTGRES_MIGRATIONS: Migrator = sqlx::migrate!("../../migrations/postgres");
+static SQLITE_MIGRATIONS: Migrator = sqlx::migrate!("../../migrations/sqlite");
+
+/// Which database a store runs on.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Backend {
+    Postgres,
+    Sqlite,
+}
+
+impl Backend {
+    pub fn from_url(url: &str) -> Result<Self, StoreError> {
+        if url.starts_with("postgres://") || url.starts_with("postgresql://") {
+            Ok(Backend::Postgres)
+        } else if url.starts_with("sqlite:") {
+            Ok(Backend::Sqlite)
+        } else {
+            Err(StoreError::UnsupportedUrl(redact(url)))
+        }
+    }
+}
+
+#[derive(Clone, Debug)]
+pub struct StoreOptions {
+    /// Apply pending migrations on connect.
+    pub migrate: bool,
+    pub max_connections: u32,
+    pub validation: ValidationConfig,
+}
+
+impl Default for StoreOptions {
+    fn default() -> Self {
+        Self {
+            migrate: true,
+            max_connections: 8,
+            validation: ValidationConfig::default(),
+        }
+    }
+}
+
+/// The variant database. Cheap to clone; clones share the pool and the head watch.
+#[derive(Clone, Debug)]
+pub struct Store {
+    inner: Arc<Inner>,
+}
+
+#[derive(Debug)]
+struct Inner {
+    pool: AnyPool,
+    backend: Backend,
+    validation: ValidationConfig,
+    head: watch::Sender<u64>,
+    listener: Mutex<Option<JoinHandle<()>>>,
+}
+
+impl Drop for Inner {
+    fn drop(&mut self) {
+        if let Ok(Some(listener)) = self.listener.get_mut().map(Option::take) {
+            listener.abort();
+        }
+    }
+}
+
+impl Store {
+    /// Connects to `postgres://...` or `sqlite://...` (the SQLite file is created if missing).
+    pub async fn connect(url: &str, options: StoreOptions) -> Result<Self, StoreError> {
+        install_default_drivers();
+        let backend = Backend::from_url(url)?;
+        let mut pool_options =
+            AnyPoolOptions::new().max_connections(options.max_connections.max(1));
+        let mut url = url.to_owned();
+        if backend == Backend::Sqlite {
+            if is_sqlite_memory(&url) {
+                // Every connection to `:memory:` is a database of its own: keep exactly one.
+                pool_options = pool_options
+                    .max_connections(1)
+                    .idle_timeout(None)
+                    .max_lifetime(None);
+            } else {
+                url = sqlite_create_if_missing(&url)?;
+            }
+            pool_options = pool_options.after_connect(|conn, _| {
+                Box::pin(async move {
+                    // Writers wait for each other instead of failing with SQLITE_BUSY.
+                    sqlx::query("PRAGMA busy_timeout = 30000")
+                        .execute(&mut *conn)
+                        .await?;
+                    sqlx::query("PRAGMA foreign_keys = ON")
+                        .execute(&mut *conn)
+                        .await?;
+                    Ok(())
+                })
+            });
+        }
+        let pool = pool_options.connect(&url).await?;
+        if backend == Backend::Sqlite && !is_sqlite_memory(&url) {
+            // Readers never block the writer, nor the writer readers.
+            sqlx::query("PRAGMA journal_mode = WAL")
+                .execute(&pool)
+                .await?;
+        }
+        if options.migrate {
+            migrate(&pool, backend, &url).await?;
+        }
+        let head = read_head(&pool).await?;
+        let (head_tx, _) = watch::channel(head);
+        let store = Store {
+            inner: Arc::new(Inner {
+                pool,
+                backend,
+                validation: options.validation,
+                head: head_tx,
+                listener: Mutex::new(None),
+            }),
+        };
+        if backend == Backend::Postgres {
+            let listener =
+                notify::spawn_listener(url, store.inner.pool.clone(), store.inner.head.clone());
+            if let Ok(mut slot) = store.inner.listener.lock() {
+                *slot = Some(listener);
+            }
+        }
+        Ok(store)
+    }
+
+    pub fn backend(&self) -> Backend {
+        self.inner.backend
+    }
+
+    pub fn validation(&self) -> &ValidationConfig {
+        &self.inner.validation
+    }
+
+    /// The newest revision this process knows of; it changes as commits happen, here or (with
+    /// Postgres) on any replica.
+    pub fn watch_head(&self) -> watch::Receiver<u64> {
+        self.inner.head.subscribe()
+    }
+
+    /// Checks the database answers (readiness).
+    pub async fn ping(&self) -> Result<(), StoreError> {
+        read_head(&self.inner.pool).await.map(drop)
+    }
+
+    /// The head revision, read from the database.
+    pub async fn head_revision(&self) -> Result<u64, StoreError> {
+        read_head(&self.inner.pool).await
+    }
+
+    /// Stops listening and closes the pool.
+    pub async fn close(&self) {
+        if let Ok(Some(listener)) = self.inner.listener.lock().map(|mut l| l.take()) {
+            listener.abort();
+        }
+        self.inner.pool.close().await;
+    }
+
+    fn pool(&self) -> &AnyPool {
+        &self.inner.pool
+    }
+
+    /// Publishes a revision this process committed or heard of; the head only moves forward.
+    fn publish_head(&self, revision: u64) {
+        publish(&self.inner.head, revision);
+    }
+}
+
+fn publish(head: &watch::Sender<u64>, revision: u64) {
+    head.send_if_modified(|current| {
+        let newer = revision > *current;
+        if newer {
+            *current = revision;
+        }
+        newer
+    });
+}
+
+/// Applies pending migrations. Concurrent start-ups do not race: Postgres takes an advisory
+/// lock (sqlx does), SQLite a lock file beside the database.
+pub async fn migrate_url(url: &str) -> Result<(), StoreError> {
+    let store = Store::connect(
+        url,
+        StoreOptions {
+            migrate: true,
+            max_connections: 1,
+            ..Default::default()
+        },
+    )
+    .await?;
+    store.close().await;
+    Ok(())
+}
+
+async fn migrate(pool: &AnyPool, backend: Backend, url: &str) -> Result<(), StoreError> {
+    let migrator = match backend {
+        Backend::Postgres => &POSTGRES_MIGRATIONS,
+        Backend::Sqlite => &SQLITE_MIGRATIONS,
+    };
+    let _lock = match (backend, sqlite_path(url)) {
+        (Backend::Sqlite, Some(path)) => Some(lock_file(path).await?),
+        _ => None,
+    };
+    migrator.run(pool).await.map_err(StoreError::Migrate)
+}
+
+async fn read_head(pool: &AnyPool) -> Result<u64, StoreError> {
+    let row = sqlx::query("SELECT revision FROM vxds_head WHERE id = 1")
+        .fetch_optional(pool)
+        .await;
+    match row {
+        Ok(Some(row)) => Ok(row.try_get::<i64, _>(0)? as u64),
+        Ok(None) => Err(StoreError::NotMigrated),
+        // A missing table reads as "not migrated" rather than "unavailable".
+        Err(sqlx::Error::Database(e)) if e.message().contains("vxds_head") => {
+            Err(StoreError::NotMigrated)
+        }
+        Err(e) => Err(e.into()),
+    }
+}
+
+fn is_sqlite_memory(url: &str) -> bool {
+    url.contains(":memory:") || url.contains("mode=memory")
+}
+
+/// The SQLite file a URL names, if it names one.
+fn sqlite_path(url: &str) -> Option<PathBuf> {
+    if is_sqlite_memory(url) {
+        return None;
+    }
+    let rest = url
+        .strip_prefix("sqlite://")
+        .or_else(|| url.strip_prefix("sqlite:"))?;
+    let path = rest.split('?').next().unwrap_or(rest);
+    (!path.is_empty()).then(|| PathBuf::from(path))
+}
+
+/// The URL with `mode=rwc`, so that a new file is created, and its folder made.
+fn sqlite_create_if_missing(url: &str) -> Result<String, StoreError> {
+    if let Some(parent) = sqlite_path(url).as_deref().and_then(|p| p.parent())
+        && !parent.as_os_str().is_empty()
+    {
+        std::fs::create_dir_all(parent).map_err(StoreError::Io)?;
+    }
+    if url.contains("mode=") {
+        return Ok(url.to_owned());
+    }
+    let separator = if url.contains('?') { '&' } else { '?' };
+    Ok(format!("{url}{separator}mode=rwc"))
+}
+
+/// Holds an exclusive lock on `<database>.migrate-lock` until dropped.
+async fn lock_file(database: PathBuf) -> Result<std::fs::File, StoreError> {
+    let mut path = database.into_os_string();
+    path.push(".migrate-lock");
+    tokio::task::spawn_blocking(move || {
+        let file = std::fs::OpenOptions::new()
+            .create(true)
+            .truncate(false)
+            .write(true)
+            .open(&path)?;
+        file.lock()?;
+        Ok(file)
+    })
+    .await
+    .map_err(|e| StoreError::Io(std::io::Error::other(e)))?
+    .map_err(StoreError::Io)
+}
+
+/// A database URL without its password, for messages.
+pub fn redact(url: &str) -> String {
+    let Some((scheme, rest)) = url.split_once("://") else {
+        return url.to_owned();
+    };
+    match rest.split_once('@') {
+        Some((credentials, host)) => match credentials.split_once(':') {
+            Some((user, _password)) => format!("{scheme}://{user}:***@{host}"),
+            None => url.to_owned(),
+        },
+        None => url.to_owned(),
+    }
+}
+
+/// How long to wait between attempts when the database is away.
+pub(crate) fn retry_policy() -> backon::ExponentialBuilder {
+    backon::ExponentialBuilder::default()
+        .with_min_delay(Duration::from_millis(100))
+        .with_max_delay(Duration::from_secs(5))
+        .without_max_times()
+        .with_jitter()
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn urls() {
+        assert_eq!(
+            Backend::from_url("postgres://u@h/db").unwrap(),
+            Backend::Postgres
+        );
+        assert_eq!(
+            Backend::from_url("sqlite://vxds.db").unwrap(),
+            Backend::Sqlite
+        );
+        assert!(matches!(
+            Backend::from_url("mysql://x"),
+            Err(StoreError::UnsupportedUrl(_))
+        ));
+        assert_eq!(
+            sqlite_path("sqlite://data/vxds.db?mode=rwc"),
+            Some(PathBuf::from("data/vxds.db"))
+        );
+        assert_eq!(sqlite_path("sqlite::memory:"), None);
+        assert_eq!(
+            sqlite_create_if_missing("sqlite://x.db").unwrap(),
+            "sqlite://x.db?mode=rwc"
+        );
+        assert_eq!(
+            redact("postgres://vxds:secret@db:5432/vxds"),
+            "postgres://vxds:***@db:5432/vxds"
+        );
+        assert_eq!(
+            redact("postgres://postgres@127.0.0.1/postgres"),
+            "postgres://postgres@127.0.0.1/postgres"
+        );
+    }
+}

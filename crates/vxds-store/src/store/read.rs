@@ -1,0 +1,327 @@
+//! Reading the store: resources, listings, history, and the change feed the index follows.
+//!
+//! [`Store::changes_since`] reads inside one snapshot (Postgres REPEATABLE READ, SQLite's
+//! read transaction), so the state it returns is exactly one revision's: the index never holds a
+//! mix of two.
+
+use std::collections::{BTreeMap, BTreeSet};
+
+use sqlx::any::AnyRow;
+use sqlx::{Any, Row, Transaction};
+use vxds_core::{Constraints, ConstraintsId, Limits};
+use vxds_envoy::changeset::ResourceKey;
+
+use super::{Backend, Store};
+use crate::error::StoreError;
+use crate::model::{
+    Change, ChangeBatch, ChangeKind, ListPage, ListQuery, ResourceSummary, Revision,
+    StoredResource, StoredVariant,
+};
+
+/// Stored constraints were validated on write; reading them back must not fail because a
+/// later release tightened the limits.
+const STORED_LIMITS: Limits = Limits {
+    max_depth: 256,
+    max_nodes: 1 << 16,
+    max_key_len: 1 << 16,
+    max_value_len: 1 << 20,
+};
+
+const RESOURCE_COLUMNS: &str = "r.type_url, r.name, r.version, r.revision, r.created_revision, r.created_at_ms, r.updated_at_ms";
+const VARIANT_COLUMNS: &str = "v.type_url, v.name, v.variant_id, v.constraints, v.body, v.version, v.created_at_ms, v.updated_at_ms";
+
+impl Store {
+    /// One resource with its variants.
+    pub async fn get(&self, key: &ResourceKey) -> Result<Option<StoredResource>, StoreError> {
+        let mut tx = self.begin_snapshot().await?;
+        let sql = sqlx::AssertSqlSafe(format!(
+            "SELECT {RESOURCE_COLUMNS} FROM vxds_resources r WHERE r.type_url = $1 AND r.name = $2"
+        ));
+        let Some(row) = sqlx::query(sql)
+            .bind(&key.type_url)
+            .bind(&key.name)
+            .fetch_optional(&mut *tx)
+            .await?
+        else {
+            return Ok(None);
+        };
+        let sql = sqlx::AssertSqlSafe(format!(
+            "SELECT {VARIANT_COLUMNS} FROM vxds_variants v WHERE v.type_url = $1 AND v.name = $2 ORDER BY v.position"
+        ));
+        let variants = sqlx::query(sql)
+            .bind(&key.type_url)
+            .bind(&key.name)
+            .fetch_all(&mut *tx)
+            .await?;
+        tx.commit().await?;
+        let mut resource = resource_from_row(&row)?;
+        resource.variants = variants
+            .iter()
+            .map(variant_from_row)
+            .collect::<Result<_, _>>()?;
+        Ok(Some(resource))
+    }
+
+    /// A page of resources in (type, name) order.
+    pub async fn list(&self, query: &ListQuery) -> Result<ListPage, StoreError> {
+        let limit = query.limit.clamp(1, 1000);
+        let (after_type, after_name) = query
+            .after
+            .as_ref()
+            .map_or((String::new(), String::new()), |k| {
+                (k.type_url.clone(), k.name.clone())
+            });
+        let rows = sqlx::query(
+            "SELECT r.type_url, r.name, r.version, r.revision, r.updated_at_ms, \
+                 (SELECT COUNT(*) FROM vxds_variants v WHERE v.type_url = r.type_url AND v.name = r.name) \
+             FROM vxds_resources r \
+             WHERE ($1 = '' OR r.type_url = $1) \
+               AND substr(r.name, 1, length($2)) = $2 \
+               AND (r.type_url > $3 OR (r.type_url = $3 AND r.name > $4)) \
+             ORDER BY r.type_url, r.name \
+             LIMIT $5",
+        )
+        .bind(query.type_url.clone().unwrap_or_default())
+        .bind(query.prefix.clone().unwrap_or_default())
+        .bind(after_type)
+        .bind(after_name)
+        .bind(limit as i64 + 1)
+        .fetch_all(self.pool())
+        .await?;
+        let mut resources = rows
+            .iter()
+            .map(|row| {
+                Ok(ResourceSummary {
+                    key: ResourceKey {
+                        type_url: row.try_get(0)?,
+                        name: row.try_get(1)?,
+                    },
+                    version: row.try_get(2)?,
+                    revision: row.try_get::<i64, _>(3)? as u64,
+                    updated_at_ms: row.try_get(4)?,
+                    variant_count: row.try_get::<i64, _>(5)? as u64,
+                })
+            })
+            .collect::<Result<Vec<_>, StoreError>>()?;
+        let next = (resources.len() > limit).then(|| {
+            resources.truncate(limit);
+            resources[limit - 1].key.clone()
+        });
+        Ok(ListPage { resources, next })
+    }
+
+    /// One revision with what it changed.
+    pub async fn revision(&self, revision: u64) -> Result<Option<Revision>, StoreError> {
+        Ok(self
+            .revisions_between(revision.saturating_sub(1), revision, 1)
+            .await?
+            .pop())
+    }
+
+    /// Up to `limit` revisions after `after`, oldest first.
+    pub async fn revisions(&self, after: u64, limit: usize) -> Result<Vec<Revision>, StoreError> {
+        self.revisions_between(after, i64::MAX as u64, limit.clamp(1, 1000))
+            .await
+    }
+
+    async fn revisions_between(
+        &self,
+        after: u64,
+        up_to: u64,
+        limit: usize,
+    ) -> Result<Vec<Revision>, StoreError> {
+        let mut tx = self.begin_snapshot().await?;
+        let rows = sqlx::query(
+            "SELECT revision, created_at_ms, author, message FROM vxds_revisions \
+             WHERE revision > $1 AND revision <= $2 ORDER BY revision LIMIT $3",
+        )
+        .bind(after as i64)
+        .bind(up_to as i64)
+        .bind(limit as i64)
+        .fetch_all(&mut *tx)
+        .await?;
+        let mut revisions = rows
+            .iter()
+            .map(|row| {
+                Ok(Revision {
+                    revision: row.try_get::<i64, _>(0)? as u64,
+                    created_at_ms: row.try_get(1)?,
+                    author: row.try_get(2)?,
+                    message: row.try_get(3)?,
+                    changes: Vec::new(),
+                })
+            })
+            .collect::<Result<Vec<_>, StoreError>>()?;
+        if let (Some(first), Some(last)) = (revisions.first(), revisions.last()) {
+            let rows = sqlx::query(
+                "SELECT revision, type_url, name, change, version FROM vxds_revision_changes \
+                 WHERE revision >= $1 AND revision <= $2 ORDER BY revision, type_url, name",
+            )
+            .bind(first.revision as i64)
+            .bind(last.revision as i64)
+            .fetch_all(&mut *tx)
+            .await?;
+            let mut by_revision: BTreeMap<u64, Vec<Change>> = BTreeMap::new();
+            for row in rows {
+                let kind: String = row.try_get(3)?;
+                by_revision
+                    .entry(row.try_get::<i64, _>(0)? as u64)
+                    .or_default()
+                    .push(Change {
+                        key: ResourceKey {
+                            type_url: row.try_get(1)?,
+                            name: row.try_get(2)?,
+                        },
+                        change: ChangeKind::parse(&kind).ok_or_else(|| {
+                            StoreError::Corrupt(format!("unknown change kind `{kind}`"))
+                        })?,
+                        version: row.try_get(4)?,
+                    });
+            }
+            for revision in &mut revisions {
+                revision.changes = by_revision.remove(&revision.revision).unwrap_or_default();
+            }
+        }
+        tx.commit().await?;
+        Ok(revisions)
+    }
+
+    /// Everything committed after `revision` (everything, for 0), from one snapshot.
+    pub async fn changes_since(&self, revision: u64) -> Result<ChangeBatch, StoreError> {
+        let mut tx = self.begin_snapshot().await?;
+        let head = sqlx::query("SELECT revision FROM vxds_head WHERE id = 1")
+            .fetch_one(&mut *tx)
+            .await?;
+        let head = head.try_get::<i64, _>(0)? as u64;
+        if head <= revision {
+            tx.commit().await?;
+            return Ok(ChangeBatch {
+                revision: head,
+                revisions: Vec::new(),
+                resources: Vec::new(),
+                deleted: Vec::new(),
+            });
+        }
+        let rows = sqlx::query(
+            "SELECT revision, type_url, name FROM vxds_revision_changes \
+             WHERE revision > $1 ORDER BY revision, type_url, name",
+        )
+        .bind(revision as i64)
+        .fetch_all(&mut *tx)
+        .await?;
+        let mut revisions: Vec<(u64, Vec<ResourceKey>)> = Vec::new();
+        for row in rows {
+            let n = row.try_get::<i64, _>(0)? as u64;
+            let key = ResourceKey {
+                type_url: row.try_get(1)?,
+                name: row.try_get(2)?,
+            };
+            match revisions.last_mut() {
+                Some((last, keys)) if *last == n => keys.push(key),
+                _ => revisions.push((n, vec![key])),
+            }
+        }
+        // Everything at 0; otherwise the resources the revisions touched.
+        let filter = if revision == 0 {
+            "$1 = $1"
+        } else {
+            "EXISTS (SELECT 1 FROM vxds_revision_changes c \
+                     WHERE c.revision > $1 AND c.type_url = r.type_url AND c.name = r.name)"
+        };
+        let sql = sqlx::AssertSqlSafe(format!(
+            "SELECT {RESOURCE_COLUMNS} FROM vxds_resources r WHERE {filter} ORDER BY r.type_url, r.name"
+        ));
+        let resource_rows = sqlx::query(sql)
+            .bind(revision as i64)
+            .fetch_all(&mut *tx)
+            .await?;
+        let sql = sqlx::AssertSqlSafe(format!(
+            "SELECT {VARIANT_COLUMNS} FROM vxds_variants v JOIN vxds_resources r \
+                 ON r.type_url = v.type_url AND r.name = v.name \
+             WHERE {filter} ORDER BY v.type_url, v.name, v.position"
+        ));
+        let variant_rows = sqlx::query(sql)
+            .bind(revision as i64)
+            .fetch_all(&mut *tx)
+            .await?;
+        tx.commit().await?;
+
+        let mut resources: BTreeMap<ResourceKey, StoredResource> = BTreeMap::new();
+        for row in &resource_rows {
+            let resource = resource_from_row(row)?;
+            resources.insert(resource.key.clone(), resource);
+        }
+        for row in &variant_rows {
+            let key = ResourceKey {
+                type_url: row.try_get(0)?,
+                name: row.try_get(1)?,
+            };
+            if let Some(resource) = resources.get_mut(&key) {
+                resource.variants.push(variant_from_row(row)?);
+            }
+        }
+        let touched: BTreeSet<&ResourceKey> = revisions.iter().flat_map(|(_, keys)| keys).collect();
+        let deleted = touched
+            .into_iter()
+            .filter(|k| !resources.contains_key(*k))
+            .cloned()
+            .collect();
+        Ok(ChangeBatch {
+            revision: head,
+            revisions,
+            resources: resources.into_values().collect(),
+            deleted,
+        })
+    }
+
+    /// A read transaction that sees one consistent state.
+    async fn begin_snapshot(&self) -> Result<Transaction<'static, Any>, StoreError> {
+        let mut tx = self.pool().begin().await?;
+        if self.backend() == Backend::Postgres {
+            sqlx::query("SET TRANSACTION ISOLATION LEVEL REPEATABLE READ, READ ONLY")
+                .execute(&mut *tx)
+                .await?;
+        }
+        Ok(tx)
+    }
+}
+
+fn resource_from_row(row: &AnyRow) -> Result<StoredResource, StoreError> {
+    Ok(StoredResource {
+        key: ResourceKey {
+            type_url: row.try_get(0)?,
+            name: row.try_get(1)?,
+        },
+        version: row.try_get(2)?,
+        revision: row.try_get::<i64, _>(3)? as u64,
+        created_revision: row.try_get::<i64, _>(4)? as u64,
+        created_at_ms: row.try_get(5)?,
+        updated_at_ms: row.try_get(6)?,
+        variants: Vec::new(),
+    })
+}
+
+fn variant_from_row(row: &AnyRow) -> Result<StoredVariant, StoreError> {
+    let id: String = row.try_get(2)?;
+    let text: String = row.try_get(3)?;
+    let constraints = Constraints::parse(&text, &STORED_LIMITS)
+        .map_err(|e| StoreError::Corrupt(format!("stored constraints `{text}`: {e}")))?
+        .canonical();
+    let id: ConstraintsId = id
+        .parse()
+        .map_err(|e| StoreError::Corrupt(format!("{e}")))?;
+    if constraints.id() != id {
+        return Err(StoreError::Corrupt(format!(
+            "variant {id} has constraints `{text}`, whose id is {}",
+            constraints.id()
+        )));
+    }
+    Ok(StoredVariant {
+        id,
+        constraints,
+        body: row.try_get(4)?,
+        version: row.try_get(5)?,
+        created_at_ms: row.try_get(6)?,
+        updated_at_ms: row.try_get(7)?,
+    })
+}

@@ -1,0 +1,902 @@
+//! The store contract: one suite, run against SQLite and against Postgres.
+//!
+//! Postgres tests use the server at `DATABASE_URL` (default
+//! `postgres://postgres@127.0.0.1:5432/postgres`), each in a fresh database of its own, and
+//! fail loudly when it is not there.
+
+#![allow(clippy::unwrap_used)] // tests fail loudly on purpose
+
+use std::future::Future;
+use std::panic::AssertUnwindSafe;
+use std::sync::atomic::{AtomicUsize, Ordering};
+use std::time::Duration;
+
+use futures::FutureExt;
+use serde_json::{Value, json};
+use sqlx::Connection;
+use vxds_core::ParamSet;
+use vxds_core::variants::{VariantLimits, validate_variant_set};
+use vxds_envoy::changeset::ChangesetRequest;
+use vxds_envoy::resource::{Body, ResourceType};
+use vxds_store::{
+    ApplyError, ChangeKind, ListQuery, ResourceKey, Store, StoreError, StoreOptions, index,
+};
+
+const ROUTE: &str = "type.googleapis.com/envoy.config.route.v3.RouteConfiguration";
+const CLUSTER: &str = "type.googleapis.com/envoy.config.cluster.v3.Cluster";
+
+#[derive(Clone, Copy, Debug)]
+enum Db {
+    Sqlite,
+    Postgres,
+}
+
+/// A fresh database for one test.
+struct TestDb {
+    url: String,
+    _dir: Option<tempfile::TempDir>,
+    postgres: Option<(String, String)>,
+}
+
+fn admin_url() -> String {
+    std::env::var("DATABASE_URL")
+        .unwrap_or_else(|_| "postgres://postgres@127.0.0.1:5432/postgres".into())
+}
+
+fn with_database(url: &str, database: &str) -> String {
+    let (base, query) = url
+        .split_once('?')
+        .map_or((url, None), |(b, q)| (b, Some(q)));
+    let base = &base[..base.rfind('/').unwrap()];
+    match query {
+        Some(q) => format!("{base}/{database}?{q}"),
+        None => format!("{base}/{database}"),
+    }
+}
+
+async fn fresh(db: Db) -> TestDb {
+    static COUNTER: AtomicUsize = AtomicUsize::new(0);
+    match db {
+        Db::Sqlite => {
+            let dir = tempfile::tempdir().unwrap();
+            let url = format!("sqlite://{}", dir.path().join("vxds.db").display());
+            TestDb {
+                url,
+                _dir: Some(dir),
+                postgres: None,
+            }
+        }
+        Db::Postgres => {
+            let admin = admin_url();
+            let mut conn = sqlx::PgConnection::connect(&admin).await.unwrap_or_else(|e| {
+                panic!(
+                    "the store tests need Postgres at {admin} ({e}); start it (.ci/run does) or \
+                     set DATABASE_URL"
+                )
+            });
+            let name = format!(
+                "vxds_test_{}_{}",
+                std::process::id(),
+                COUNTER.fetch_add(1, Ordering::Relaxed)
+            );
+            sqlx::query(sqlx::AssertSqlSafe(format!(
+                "DROP DATABASE IF EXISTS {name} WITH (FORCE)"
+            )))
+            .execute(&mut conn)
+            .await
+            .unwrap();
+            sqlx::query(sqlx::AssertSqlSafe(format!("CREATE DATABASE {name}")))
+                .execute(&mut conn)
+                .await
+                .unwrap();
+            TestDb {
+                url: with_database(&admin, &name),
+                _dir: None,
+                postgres: Some((admin, name)),
+            }
+        }
+    }
+}
+
+impl TestDb {
+    async fn drop_database(&self) {
+        if let Some((admin, name)) = &self.postgres
+            && let Ok(mut conn) = sqlx::PgConnection::connect(admin).await
+        {
+            let sql = format!("DROP DATABASE IF EXISTS {name} WITH (FORCE)");
+            let _ = sqlx::query(sqlx::AssertSqlSafe(sql))
+                .execute(&mut conn)
+                .await;
+        }
+    }
+
+    async fn store(&self) -> Store {
+        Store::connect(&self.url, StoreOptions::default())
+            .await
+            .unwrap()
+    }
+}
+
+/// Runs `test` on a fresh database and drops it afterwards, even when the test fails.
+async fn run<F, Fut>(db: Db, test: F)
+where
+    F: FnOnce(TestDb) -> Fut,
+    Fut: Future<Output = ()>,
+{
+    let testdb = fresh(db).await;
+    let cleanup = TestDb {
+        url: testdb.url.clone(),
+        _dir: None,
+        postgres: testdb.postgres.clone(),
+    };
+    let result = AssertUnwindSafe(test(testdb)).catch_unwind().await;
+    cleanup.drop_database().await;
+    if let Err(panic) = result {
+        std::panic::resume_unwind(panic);
+    }
+}
+
+macro_rules! contract {
+    ($($test:ident),* $(,)?) => {
+        mod sqlite {
+            $(
+                #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+                async fn $test() {
+                    super::run(super::Db::Sqlite, super::$test).await
+                }
+            )*
+        }
+        mod postgres {
+            $(
+                #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+                async fn $test() {
+                    super::run(super::Db::Postgres, super::$test).await
+                }
+            )*
+        }
+    };
+}
+
+contract!(
+    an_empty_store_is_at_revision_zero,
+    a_put_reads_back_the_same_json,
+    a_changeset_is_one_revision,
+    a_put_that_changes_nothing_makes_no_revision,
+    a_failed_changeset_leaves_no_trace,
+    expected_revisions_and_versions_guard_writes,
+    deletes_are_recorded_and_missing_ones_refused,
+    a_dry_run_commits_nothing,
+    listing_filters_and_paginates,
+    history_lists_every_revision,
+    the_change_feed_reads_one_snapshot,
+    xdstp_names_are_stored_in_normal_form,
+    the_aggregate_graph_is_checked_across_the_store,
+    concurrent_writers_cannot_break_exclusivity,
+    concurrent_writers_cannot_make_a_cycle,
+    concurrent_revisions_are_gap_free,
+    the_index_follows_every_commit,
+    a_second_store_sees_the_first_ones_commits,
+    concurrent_start_ups_migrate_once,
+    an_unmigrated_store_says_so,
+);
+
+fn route(name: &str, header: &str) -> Value {
+    json!({
+        "@type": ROUTE,
+        "name": name,
+        "virtual_hosts": [{"name": "vh", "domains": ["*"], "routes": [{
+            "match": {"prefix": "/"},
+            "direct_response": {"status": 200, "body": {"inline_string": header}}
+        }]}]
+    })
+}
+
+fn changeset(value: Value) -> ChangesetRequest {
+    serde_json::from_value(value).unwrap()
+}
+
+fn put_routes(variants: &[(&str, &str)]) -> ChangesetRequest {
+    let variants: Vec<Value> = variants
+        .iter()
+        .map(|(c, body)| json!({"constraints": c, "resource": route("r", body)}))
+        .collect();
+    changeset(
+        json!({"operations": [{"op": "put", "type": "route", "name": "r", "variants": variants}]}),
+    )
+}
+
+fn eds_cluster(name: &str) -> Value {
+    json!({"@type": CLUSTER, "name": name, "type": "EDS", "eds_cluster_config": {"eds_config": {"ads": {}}}})
+}
+
+fn aggregate(name: &str, children: &[&str]) -> Value {
+    json!({"@type": CLUSTER, "name": name, "cluster_type": {"name": "envoy.clusters.aggregate", "typed_config": {
+        "@type": "type.googleapis.com/envoy.extensions.clusters.aggregate.v3.ClusterConfig", "clusters": children}}})
+}
+
+fn put_cluster(body: Value) -> Value {
+    let name = body["name"].as_str().unwrap().to_owned();
+    json!({"op": "put", "type": "cluster", "name": name, "variants": [{"resource": body}]})
+}
+
+fn key(type_url: &str, name: &str) -> ResourceKey {
+    ResourceKey {
+        type_url: type_url.into(),
+        name: name.into(),
+    }
+}
+
+fn codes(e: ApplyError) -> Vec<String> {
+    match e {
+        ApplyError::Invalid(invalid) => invalid.errors.into_iter().map(|p| p.code).collect(),
+        other => panic!("expected a validation error, got {other:?}"),
+    }
+}
+
+async fn an_empty_store_is_at_revision_zero(db: TestDb) {
+    let store = db.store().await;
+    assert_eq!(store.head_revision().await.unwrap(), 0);
+    assert_eq!(*store.watch_head().borrow(), 0);
+    assert!(store.get(&key(ROUTE, "r")).await.unwrap().is_none());
+    assert!(store.revisions(0, 10).await.unwrap().is_empty());
+    store.ping().await.unwrap();
+}
+
+async fn a_put_reads_back_the_same_json(db: TestDb) {
+    let store = db.store().await;
+    let applied = store
+        .apply(
+            put_routes(&[(r#"env = "prod""#, "prod"), (r#"env != "prod""#, "other")]),
+            Some("alice".into()),
+        )
+        .await
+        .unwrap();
+    assert_eq!(applied.revision, 1);
+    assert_eq!(applied.changes.len(), 1);
+    assert_eq!(applied.changes[0].change, ChangeKind::Created);
+
+    let stored = store.get(&key(ROUTE, "r")).await.unwrap().unwrap();
+    assert_eq!(stored.revision, 1);
+    assert_eq!(stored.created_revision, 1);
+    assert_eq!(Some(stored.version.clone()), applied.changes[0].version);
+    assert_eq!(stored.variants.len(), 2);
+    assert_eq!(
+        stored.variants[0].constraints.to_string(),
+        r#"env = "prod""#
+    );
+    assert_eq!(
+        stored.variants[1].constraints.to_string(),
+        r#"env != "prod""#
+    );
+    let ty = ResourceType::resolve(ROUTE).unwrap();
+    let body = Body::from_any_bytes(stored.variants[0].body.clone(), &ty).unwrap();
+    assert_eq!(body.to_json(&ty), route("r", "prod"));
+    assert!(stored.variants[0].created_at_ms > 0);
+    assert_eq!(store.head_revision().await.unwrap(), 1);
+    assert_eq!(*store.watch_head().borrow(), 1);
+}
+
+async fn a_changeset_is_one_revision(db: TestDb) {
+    let store = db.store().await;
+    let request = changeset(json!({
+        "message": "primary with fallback",
+        "operations": [
+            put_cluster(eds_cluster("primary")),
+            put_cluster(eds_cluster("secondary")),
+            put_cluster(aggregate("agg", &["primary", "secondary"])),
+        ]
+    }));
+    let applied = store.apply(request, Some("ci".into())).await.unwrap();
+    assert_eq!(applied.revision, 1);
+    assert_eq!(applied.changes.len(), 3);
+    let revision = store.revision(1).await.unwrap().unwrap();
+    assert_eq!(revision.author.as_deref(), Some("ci"));
+    assert_eq!(revision.message.as_deref(), Some("primary with fallback"));
+    let names: Vec<&str> = revision
+        .changes
+        .iter()
+        .map(|c| c.key.name.as_str())
+        .collect();
+    assert_eq!(names, ["agg", "primary", "secondary"]);
+    assert!(
+        revision
+            .changes
+            .iter()
+            .all(|c| c.change == ChangeKind::Created)
+    );
+}
+
+async fn a_put_that_changes_nothing_makes_no_revision(db: TestDb) {
+    let store = db.store().await;
+    store.apply(put_routes(&[("*", "x")]), None).await.unwrap();
+    let again = store.apply(put_routes(&[("*", "x")]), None).await.unwrap();
+    assert_eq!(again.revision, 1);
+    assert!(again.changes.is_empty());
+    assert_eq!(store.head_revision().await.unwrap(), 1);
+    // A respelt but equivalent changeset is no change either.
+    let same = store
+        .apply(put_routes(&[("all()", "x")]), None)
+        .await
+        .unwrap();
+    assert!(same.changes.is_empty());
+    let changed = store.apply(put_routes(&[("*", "y")]), None).await.unwrap();
+    assert_eq!(
+        (changed.revision, changed.changes[0].change),
+        (2, ChangeKind::Updated)
+    );
+}
+
+async fn a_failed_changeset_leaves_no_trace(db: TestDb) {
+    let store = db.store().await;
+    store
+        .apply(put_routes(&[("*", "before")]), None)
+        .await
+        .unwrap();
+    let before = store.get(&key(ROUTE, "r")).await.unwrap();
+
+    // One bad operation among good ones: nothing of it is written.
+    let bad = changeset(json!({"operations": [
+        {"op": "put", "type": "route", "name": "r", "variants": [{"resource": route("r", "after")}]},
+        put_cluster(eds_cluster("c1")),
+        {"op": "put", "type": "cluster", "name": "c2", "variants": [{"resource": {"@type": CLUSTER, "name": "c2", "type": "EDS"}}]},
+    ]}));
+    assert_eq!(
+        codes(store.apply(bad, None).await.unwrap_err()),
+        ["missing_field"]
+    );
+    // Refused under the lock (not found), after earlier operations were checked.
+    let missing = changeset(json!({"operations": [
+        {"op": "put", "type": "route", "name": "r", "variants": [{"resource": route("r", "after")}]},
+        {"op": "delete", "type": "cluster", "name": "nope"},
+    ]}));
+    assert_eq!(
+        codes(store.apply(missing, None).await.unwrap_err()),
+        ["not_found"]
+    );
+    // A conflict.
+    let stale = changeset(json!({"expected_revision": 0, "operations": [
+        {"op": "put", "type": "route", "name": "r", "variants": [{"resource": route("r", "after")}]},
+    ]}));
+    assert!(matches!(
+        store.apply(stale, None).await,
+        Err(ApplyError::Conflict(_))
+    ));
+
+    assert_eq!(store.head_revision().await.unwrap(), 1);
+    assert_eq!(store.get(&key(ROUTE, "r")).await.unwrap(), before);
+    assert!(store.get(&key(CLUSTER, "c1")).await.unwrap().is_none());
+    assert_eq!(store.revisions(0, 10).await.unwrap().len(), 1);
+    assert_eq!(store.changes_since(1).await.unwrap().revisions, vec![]);
+    // And the next write gets the next number: no gap.
+    assert_eq!(
+        store
+            .apply(put_routes(&[("*", "after")]), None)
+            .await
+            .unwrap()
+            .revision,
+        2
+    );
+}
+
+async fn expected_revisions_and_versions_guard_writes(db: TestDb) {
+    let store = db.store().await;
+    let first = store.apply(put_routes(&[("*", "v1")]), None).await.unwrap();
+    let version = first.changes[0].version.clone().unwrap();
+
+    let mut request = put_routes(&[("*", "v2")]);
+    request.expected_revision = Some(0);
+    let ApplyError::Conflict(conflict) = store.apply(request, None).await.unwrap_err() else {
+        panic!()
+    };
+    assert_eq!(conflict.pointer.to_string(), "/expected_revision");
+    assert_eq!(conflict.message, "the store is at revision 1, not 0");
+
+    let with_version = |v: &str| {
+        changeset(
+            json!({"operations": [{"op": "put", "type": "route", "name": "r", "expected_version": v,
+            "variants": [{"resource": route("r", "v2")}]}]}),
+        )
+    };
+    let ApplyError::Conflict(conflict) = store
+        .apply(with_version("0000000000000000"), None)
+        .await
+        .unwrap_err()
+    else {
+        panic!()
+    };
+    assert_eq!(
+        conflict.pointer.to_string(),
+        "/operations/0/expected_version"
+    );
+    assert_eq!(conflict.operation, Some(0));
+
+    let ok = store.apply(with_version(&version), None).await.unwrap();
+    assert_eq!(ok.revision, 2);
+    let mut request = put_routes(&[("*", "v3")]);
+    request.expected_revision = Some(2);
+    assert_eq!(store.apply(request, None).await.unwrap().revision, 3);
+
+    let absent = changeset(
+        json!({"operations": [{"op": "delete", "type": "route", "name": "ghost", "expected_version": "x"}]}),
+    );
+    assert!(matches!(
+        store.apply(absent, None).await,
+        Err(ApplyError::Conflict(_))
+    ));
+}
+
+async fn deletes_are_recorded_and_missing_ones_refused(db: TestDb) {
+    let store = db.store().await;
+    store.apply(put_routes(&[("*", "x")]), None).await.unwrap();
+    let delete =
+        || changeset(json!({"operations": [{"op": "delete", "type": "route", "name": "r"}]}));
+    let applied = store.apply(delete(), None).await.unwrap();
+    assert_eq!(applied.revision, 2);
+    assert_eq!(applied.changes[0].change, ChangeKind::Deleted);
+    assert_eq!(applied.changes[0].version, None);
+    assert!(store.get(&key(ROUTE, "r")).await.unwrap().is_none());
+    let err = store.apply(delete(), None).await.unwrap_err();
+    let ApplyError::Invalid(invalid) = err else {
+        panic!()
+    };
+    assert_eq!(invalid.errors[0].code, "not_found");
+    assert_eq!(invalid.errors[0].pointer.to_string(), "/operations/0");
+    // Re-creating starts a new life.
+    let again = store.apply(put_routes(&[("*", "x")]), None).await.unwrap();
+    assert_eq!(again.changes[0].change, ChangeKind::Created);
+    assert_eq!(
+        store
+            .get(&key(ROUTE, "r"))
+            .await
+            .unwrap()
+            .unwrap()
+            .created_revision,
+        3
+    );
+}
+
+async fn a_dry_run_commits_nothing(db: TestDb) {
+    let store = db.store().await;
+    let mut request = put_routes(&[("*", "x")]);
+    request.dry_run = true;
+    let applied = store.apply(request, None).await.unwrap();
+    assert!(applied.dry_run);
+    assert_eq!(applied.revision, 1);
+    assert_eq!(applied.changes.len(), 1);
+    assert_eq!(store.head_revision().await.unwrap(), 0);
+    assert!(store.get(&key(ROUTE, "r")).await.unwrap().is_none());
+    // Dry runs still report problems.
+    let mut bad = put_routes(&[(r#"env in (a, b)"#, "x"), (r#"env in (b, c)"#, "y")]);
+    bad.dry_run = true;
+    let ApplyError::Invalid(invalid) = store.apply(bad, None).await.unwrap_err() else {
+        panic!()
+    };
+    assert_eq!(
+        invalid.errors[0].witness,
+        Some(ParamSet::new().with("env", "b"))
+    );
+}
+
+async fn listing_filters_and_paginates(db: TestDb) {
+    let store = db.store().await;
+    let mut ops: Vec<Value> = (0..7)
+        .map(|i| {
+            let name = format!("web-{i}");
+            json!({"op": "put", "type": "route", "name": name, "variants": [{"resource": route(&name, "x")}]})
+        })
+        .collect();
+    ops.push(put_cluster(eds_cluster("web-cluster")));
+    ops.push(json!({"op": "put", "type": "route", "name": "api", "variants": [{"resource": route("api", "x")}]}));
+    store
+        .apply(changeset(json!({"operations": ops})), None)
+        .await
+        .unwrap();
+
+    let all = store
+        .list(&ListQuery {
+            limit: 100,
+            ..Default::default()
+        })
+        .await
+        .unwrap();
+    assert_eq!(all.resources.len(), 9);
+    assert_eq!(all.next, None);
+    let routes = ListQuery {
+        type_url: Some(ROUTE.into()),
+        prefix: Some("web-".into()),
+        limit: 3,
+        after: None,
+    };
+    let mut names = Vec::new();
+    let mut query = routes.clone();
+    loop {
+        let page = store.list(&query).await.unwrap();
+        assert!(page.resources.len() <= 3);
+        names.extend(page.resources.iter().map(|r| r.key.name.clone()));
+        match page.next {
+            Some(next) => query.after = Some(next),
+            None => break,
+        }
+    }
+    assert_eq!(
+        names,
+        (0..7).map(|i| format!("web-{i}")).collect::<Vec<_>>()
+    );
+    let first = store.list(&routes).await.unwrap().resources[0].clone();
+    assert_eq!((first.variant_count, first.revision), (1, 1));
+    // Prefixes are literal: `%` and `_` are not wildcards.
+    let literal = ListQuery {
+        prefix: Some("web%".into()),
+        limit: 10,
+        ..Default::default()
+    };
+    assert!(store.list(&literal).await.unwrap().resources.is_empty());
+}
+
+async fn history_lists_every_revision(db: TestDb) {
+    let store = db.store().await;
+    for i in 0..5 {
+        let mut request = put_routes(&[("*", &format!("v{i}"))]);
+        request.message = Some(format!("change {i}"));
+        store.apply(request, Some("bob".into())).await.unwrap();
+    }
+    let revisions = store.revisions(1, 2).await.unwrap();
+    assert_eq!(
+        revisions.iter().map(|r| r.revision).collect::<Vec<_>>(),
+        [2, 3]
+    );
+    assert_eq!(revisions[0].message.as_deref(), Some("change 1"));
+    assert_eq!(revisions[0].changes[0].change, ChangeKind::Updated);
+    assert_eq!(store.revisions(0, 100).await.unwrap().len(), 5);
+    assert!(store.revision(6).await.unwrap().is_none());
+    assert_eq!(
+        store.revision(5).await.unwrap().unwrap().author.as_deref(),
+        Some("bob")
+    );
+}
+
+async fn the_change_feed_reads_one_snapshot(db: TestDb) {
+    let store = db.store().await;
+    store.apply(put_routes(&[("*", "x")]), None).await.unwrap();
+    store
+        .apply(
+            changeset(json!({"operations": [put_cluster(eds_cluster("c"))]})),
+            None,
+        )
+        .await
+        .unwrap();
+    store
+        .apply(
+            changeset(json!({"operations": [{"op": "delete", "type": "route", "name": "r"}]})),
+            None,
+        )
+        .await
+        .unwrap();
+
+    let everything = store.changes_since(0).await.unwrap();
+    assert_eq!(everything.revision, 3);
+    assert_eq!(everything.revisions.len(), 3);
+    assert_eq!(
+        everything
+            .resources
+            .iter()
+            .map(|r| r.key.name.as_str())
+            .collect::<Vec<_>>(),
+        ["c"]
+    );
+    assert_eq!(everything.deleted, vec![key(ROUTE, "r")]);
+
+    let since_two = store.changes_since(2).await.unwrap();
+    assert_eq!(since_two.revisions, vec![(3, vec![key(ROUTE, "r")])]);
+    assert!(since_two.resources.is_empty());
+    assert_eq!(since_two.deleted, vec![key(ROUTE, "r")]);
+    assert_eq!(store.changes_since(3).await.unwrap().revisions, vec![]);
+}
+
+async fn xdstp_names_are_stored_in_normal_form(db: TestDb) {
+    let store = db.store().await;
+    let spelt = "xdstp://auth/envoy.config.route.v3.RouteConfiguration/r?zone=a&env=b";
+    let normal = "xdstp://auth/envoy.config.route.v3.RouteConfiguration/r?env=b&zone=a";
+    let request = changeset(
+        json!({"operations": [{"op": "put", "type": "route", "name": spelt,
+        "variants": [{"resource": route(spelt, "x")}]}]}),
+    );
+    let applied = store.apply(request, None).await.unwrap();
+    assert_eq!(applied.changes[0].key.name, normal);
+    assert!(store.get(&key(ROUTE, normal)).await.unwrap().is_some());
+}
+
+async fn the_aggregate_graph_is_checked_across_the_store(db: TestDb) {
+    let store = db.store().await;
+    let ops = json!({"operations": [put_cluster(aggregate("a", &["b"])), put_cluster(aggregate("b", &["leaf"]))]});
+    store.apply(changeset(ops), None).await.unwrap();
+    // Closing the loop in a later changeset is refused, naming the cycle.
+    let close = changeset(json!({"operations": [put_cluster(aggregate("leaf", &["a"]))]}));
+    let ApplyError::Invalid(invalid) = store.apply(close, None).await.unwrap_err() else {
+        panic!()
+    };
+    assert_eq!(invalid.errors[0].code, "aggregate_cycle");
+    assert_eq!(
+        invalid.errors[0].message,
+        "aggregate clusters form a cycle: leaf → a → b → leaf"
+    );
+
+    // Depth counts across changesets too: a chain of 16 is fine, 17 is not.
+    let chain: Vec<Value> = (1..16)
+        .map(|i| put_cluster(aggregate(&format!("d{i}"), &[&format!("d{}", i + 1)])))
+        .collect();
+    store
+        .apply(changeset(json!({"operations": chain})), None)
+        .await
+        .unwrap();
+    let top = changeset(json!({"operations": [put_cluster(aggregate("d0", &["d1"]))]}));
+    assert_eq!(
+        codes(store.apply(top, None).await.unwrap_err()),
+        ["aggregate_too_deep"]
+    );
+    // Removing an edge makes room.
+    let cut = changeset(json!({"operations": [put_cluster(eds_cluster("d15"))]}));
+    store.apply(cut, None).await.unwrap();
+    let top = changeset(json!({"operations": [put_cluster(aggregate("d0", &["d1"]))]}));
+    store.apply(top, None).await.unwrap();
+}
+
+/// Writers race to add a variant each to one resource, reading, extending and writing with the
+/// version they read. Pairs want the same value, so one of each pair must lose; the other
+/// must win, whatever the interleaving.
+async fn concurrent_writers_cannot_break_exclusivity(db: TestDb) {
+    let store = db.store().await;
+    store
+        .apply(put_routes(&[(r#"env = "base""#, "base")]), None)
+        .await
+        .unwrap();
+    let writers = 12;
+    let mut tasks = Vec::new();
+    for w in 0..writers {
+        let store = store.clone();
+        tasks.push(tokio::spawn(async move {
+            let mine = format!(r#"env = "e{}""#, w % (writers / 2));
+            loop {
+                let current = store.get(&key(ROUTE, "r")).await.unwrap().unwrap();
+                let ty = ResourceType::resolve(ROUTE).unwrap();
+                let mut variants: Vec<Value> = current
+                    .variants
+                    .iter()
+                    .map(|v| {
+                        let body = Body::from_any_bytes(v.body.clone(), &ty)
+                            .unwrap()
+                            .to_json(&ty);
+                        json!({"constraints": v.constraints.to_string(), "resource": body})
+                    })
+                    .collect();
+                variants.push(json!({"constraints": mine, "resource": route("r", &mine)}));
+                let request = changeset(
+                    json!({"operations": [{"op": "put", "type": "route", "name": "r",
+                    "expected_version": current.version, "variants": variants}]}),
+                );
+                match store.apply(request, Some(format!("writer {w}"))).await {
+                    Ok(_) => return true,
+                    Err(ApplyError::Conflict(_)) => continue,
+                    Err(ApplyError::Invalid(invalid)) => {
+                        assert!(
+                            invalid.errors.iter().all(|e| e.code == "duplicate_variant"),
+                            "{invalid:?}"
+                        );
+                        return false;
+                    }
+                    Err(e) => panic!("{e}"),
+                }
+            }
+        }));
+    }
+    let mut won = 0;
+    for task in tasks {
+        won += usize::from(task.await.unwrap());
+    }
+    assert_eq!(won, writers / 2);
+    let last = store.get(&key(ROUTE, "r")).await.unwrap().unwrap();
+    assert_eq!(last.variants.len(), 1 + writers / 2);
+    let canonical: Vec<_> = last
+        .variants
+        .iter()
+        .map(|v| v.constraints.clone())
+        .collect();
+    assert_eq!(
+        validate_variant_set(&canonical, &VariantLimits::DEFAULT),
+        Ok(())
+    );
+    assert_eq!(
+        store.head_revision().await.unwrap(),
+        1 + (writers / 2) as u64
+    );
+}
+
+/// Two changesets that are each fine but together close a cycle: exactly one commits.
+async fn concurrent_writers_cannot_make_a_cycle(db: TestDb) {
+    let store = db.store().await;
+    for round in 0..5 {
+        let (a, b) = (format!("a{round}"), format!("b{round}"));
+        let first = changeset(json!({"operations": [put_cluster(aggregate(&a, &[&b]))]}));
+        let second = changeset(json!({"operations": [put_cluster(aggregate(&b, &[&a]))]}));
+        let (s1, s2) = (store.clone(), store.clone());
+        let (r1, r2) = tokio::join!(
+            tokio::spawn(async move { s1.apply(first, None).await }),
+            tokio::spawn(async move { s2.apply(second, None).await }),
+        );
+        let results = [r1.unwrap(), r2.unwrap()];
+        let committed = results.iter().filter(|r| r.is_ok()).count();
+        assert_eq!(committed, 1, "{results:?}");
+        let refused = results.into_iter().find_map(Result::err).unwrap();
+        assert_eq!(codes(refused), ["aggregate_cycle"]);
+    }
+}
+
+async fn concurrent_revisions_are_gap_free(db: TestDb) {
+    let store = db.store().await;
+    let mut tasks = Vec::new();
+    for i in 0..16 {
+        let store = store.clone();
+        tasks.push(tokio::spawn(async move {
+            let name = format!("r{i}");
+            let request = changeset(
+                json!({"operations": [{"op": "put", "type": "route", "name": name,
+                "variants": [{"resource": route(&name, "x")}]}]}),
+            );
+            store.apply(request, None).await.unwrap().revision
+        }));
+    }
+    let mut revisions = Vec::new();
+    for task in tasks {
+        revisions.push(task.await.unwrap());
+    }
+    revisions.sort();
+    assert_eq!(revisions, (1..=16).collect::<Vec<u64>>());
+    let history: Vec<u64> = store
+        .revisions(0, 100)
+        .await
+        .unwrap()
+        .iter()
+        .map(|r| r.revision)
+        .collect();
+    assert_eq!(history, (1..=16).collect::<Vec<u64>>());
+}
+
+async fn the_index_follows_every_commit(db: TestDb) {
+    let store = db.store().await;
+    store
+        .apply(
+            put_routes(&[(r#"env = "prod""#, "prod"), (r#"env != "prod""#, "other")]),
+            None,
+        )
+        .await
+        .unwrap();
+    let (index, writer) = index::start(store.clone()).await.unwrap();
+    let snapshot = index.snapshot();
+    assert_eq!(snapshot.revision, 1);
+    let resource = snapshot.get(ROUTE, "r").unwrap();
+    let prod = resource
+        .resolve(&ParamSet::new().with("env", "prod"))
+        .unwrap();
+    assert_eq!(prod.constraints.to_string(), r#"env = "prod""#);
+    assert!(prod.constraints_proto.is_some());
+    assert_eq!(
+        resource
+            .resolve(&ParamSet::new())
+            .unwrap()
+            .constraints
+            .to_string(),
+        r#"env != "prod""#
+    );
+
+    // Split prod by version: one revision, seen whole.
+    let split = store
+        .apply(
+            put_routes(&[
+                (r#"env = "prod" && version = "v1""#, "prod-v1"),
+                (r#"env = "prod" && version != "v1""#, "prod-rest"),
+                (
+                    r#"env != "prod" && (exists(version) || !exists(version))"#,
+                    "other",
+                ),
+            ]),
+            None,
+        )
+        .await
+        .unwrap();
+    let snapshot = tokio::time::timeout(Duration::from_secs(10), index.wait_for(split.revision))
+        .await
+        .unwrap();
+    assert_eq!(snapshot.revision, 2);
+    let resource = snapshot.get(ROUTE, "r").unwrap();
+    assert_eq!(resource.variants.len(), 3);
+    let v1 = resource
+        .resolve(&ParamSet::new().with("env", "prod").with("version", "v1"))
+        .unwrap();
+    assert_eq!(
+        v1.constraints.to_string(),
+        r#"env = "prod" && version = "v1""#
+    );
+    assert_eq!(snapshot.changed_since(1), Some([key(ROUTE, "r")].into()));
+    // The old snapshot still holds the old state.
+    assert_eq!(index.wait_for(0).await.revision, 2);
+
+    store
+        .apply(
+            changeset(json!({"operations": [{"op": "delete", "type": "route", "name": "r"}]})),
+            None,
+        )
+        .await
+        .unwrap();
+    let snapshot = tokio::time::timeout(Duration::from_secs(10), index.wait_for(3))
+        .await
+        .unwrap();
+    assert!(snapshot.get(ROUTE, "r").is_none());
+    assert_eq!(snapshot.changed_since(0), Some([key(ROUTE, "r")].into()));
+    writer.abort();
+}
+
+/// A second store on the same database: it loads what the first wrote, and with Postgres
+/// LISTEN/NOTIFY it learns of every new commit at once.
+async fn a_second_store_sees_the_first_ones_commits(db: TestDb) {
+    let writer = db.store().await;
+    writer
+        .apply(put_routes(&[("*", "one")]), None)
+        .await
+        .unwrap();
+    let replica = db.store().await;
+    let (index, task) = index::start(replica.clone()).await.unwrap();
+    assert_eq!(index.snapshot().revision, 1);
+    if replica.backend() == vxds_store::Backend::Postgres {
+        // Give the listener a moment to subscribe; it catches up on connect anyway.
+        writer
+            .apply(put_routes(&[("*", "two")]), None)
+            .await
+            .unwrap();
+        let snapshot = tokio::time::timeout(Duration::from_secs(10), index.wait_for(2))
+            .await
+            .unwrap();
+        assert_eq!(snapshot.revision, 2);
+        assert_eq!(*replica.watch_head().borrow(), 2);
+    }
+    task.abort();
+}
+
+async fn concurrent_start_ups_migrate_once(db: TestDb) {
+    let mut tasks = Vec::new();
+    for _ in 0..4 {
+        let url = db.url.clone();
+        tasks.push(tokio::spawn(async move {
+            Store::connect(&url, StoreOptions::default())
+                .await
+                .map(drop)
+        }));
+    }
+    for task in tasks {
+        task.await.unwrap().unwrap();
+    }
+    assert_eq!(db.store().await.head_revision().await.unwrap(), 0);
+}
+
+async fn an_unmigrated_store_says_so(db: TestDb) {
+    let err = Store::connect(
+        &db.url,
+        StoreOptions {
+            migrate: false,
+            ..Default::default()
+        },
+    )
+    .await
+    .unwrap_err();
+    assert!(matches!(err, StoreError::NotMigrated), "{err:?}");
+    assert!(err.to_string().contains("vxds migrate"));
+    vxds_store::migrate_url(&db.url).await.unwrap();
+    Store::connect(
+        &db.url,
+        StoreOptions {
+            migrate: false,
+            ..Default::default()
+        },
+    )
+    .await
+    .unwrap();
+}
