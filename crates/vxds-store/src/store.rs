@@ -23,8 +23,7 @@ use vxds_envoy::changeset::ValidationConfig;
 
 use crate::error::StoreError;
 
-static POSTGRES_MIGRATIONS: Migrator = sqlx::migrate!("../../migrations/postgres");
-static SQLITE_MIGRATIONS: Migrator = sqlx::migrate!("../../migrations/sqlite");
+static MIGRATIONS: Migrator = sqlx::migrate!("../../migrations");
 
 /// Which database a store runs on.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
@@ -217,15 +216,11 @@ pub async fn migrate_url(url: &str) -> Result<(), StoreError> {
 }
 
 async fn migrate(pool: &AnyPool, backend: Backend, url: &str) -> Result<(), StoreError> {
-    let migrator = match backend {
-        Backend::Postgres => &POSTGRES_MIGRATIONS,
-        Backend::Sqlite => &SQLITE_MIGRATIONS,
-    };
     let _lock = match (backend, sqlite_path(url)) {
         (Backend::Sqlite, Some(path)) => Some(lock_file(path).await?),
         _ => None,
     };
-    migrator.run(pool).await.map_err(StoreError::Migrate)
+    MIGRATIONS.run(pool).await.map_err(StoreError::Migrate)
 }
 
 async fn read_head(pool: &AnyPool) -> Result<u64, StoreError> {

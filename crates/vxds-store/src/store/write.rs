@@ -298,11 +298,16 @@ async fn delete_resource(
         .execute(&mut **tx)
         .await?;
     if key.type_url.ends_with(CLUSTER) {
-        sqlx::query("DELETE FROM vxds_cluster_edges WHERE parent = $1")
-            .bind(&key.name)
-            .execute(&mut **tx)
-            .await?;
+        delete_edges(tx, &key.name).await?;
     }
+    Ok(())
+}
+
+async fn delete_edges(tx: &mut Transaction<'_, Any>, cluster: &str) -> Result<(), StoreError> {
+    sqlx::query("DELETE FROM vxds_cluster_edges WHERE parent = $1")
+        .bind(cluster)
+        .execute(&mut **tx)
+        .await?;
     Ok(())
 }
 
@@ -384,10 +389,7 @@ async fn put_resource(
         .await?;
     }
     if key.type_url.ends_with(CLUSTER) {
-        sqlx::query("DELETE FROM vxds_cluster_edges WHERE parent = $1")
-            .bind(&key.name)
-            .execute(&mut **tx)
-            .await?;
+        delete_edges(tx, &key.name).await?;
         for child in resource.aggregate_children.iter().flatten() {
             sqlx::query("INSERT INTO vxds_cluster_edges (parent, child) VALUES ($1, $2)")
                 .bind(&key.name)

@@ -1,4 +1,6 @@
--- The variant store. Timestamps are Unix milliseconds in both backends.
+-- The variant store, for Postgres and SQLite alike. Timestamps are Unix milliseconds. SQLite
+-- takes BYTEA as a type name (NUMERIC affinity, which never converts a blob) and BIGINT as
+-- INTEGER.
 
 -- One row: the head revision. Writers lock it first, which serialises changesets and makes
 -- revision numbers gap-free.
@@ -46,7 +48,7 @@ CREATE TABLE vxds_variants (
     -- Canonical constraints in the compact text syntax; '*' when unconstrained.
     constraints TEXT NOT NULL,
     -- The body, an encoded google.protobuf.Any.
-    body BLOB NOT NULL,
+    body BYTEA NOT NULL,
     version TEXT NOT NULL,
     created_at_ms BIGINT NOT NULL,
     updated_at_ms BIGINT NOT NULL,
