@@ -116,6 +116,12 @@ impl Store {
                 })
             });
         }
+        // Set-up (the first switch to WAL, which needs an exclusive lock SQLite will not wait
+        // for, and migrations) runs under a cross-process lock on SQLite files.
+        let setup_lock = match (backend, sqlite_path(&url)) {
+            (Backend::Sqlite, Some(path)) => Some(lock_file(path).await?),
+            _ => None,
+        };
         let pool = pool_options.connect(&url).await?;
         if backend == Backend::Sqlite && !is_sqlite_memory(&url) {
             // Readers never block the writer, nor the writer readers.
@@ -124,8 +130,10 @@ impl Store {
                 .await?;
         }
         if options.migrate {
-            migrate(&pool, backend, &url).await?;
+            // Postgres serialises concurrent migrations itself (sqlx takes an advisory lock).
+            MIGRATIONS.run(&pool).await.map_err(StoreError::Migrate)?;
         }
+        drop(setup_lock);
         let head = read_head(&pool).await?;
         let (head_tx, _) = watch::channel(head);
         let store = Store {
@@ -200,7 +208,7 @@ fn publish(head: &watch::Sender<u64>, revision: u64) {
 }
 
 /// Applies pending migrations. Concurrent start-ups do not race: Postgres takes an advisory
-/// lock (sqlx does), SQLite a lock file beside the database.
+/// lock (sqlx does), SQLite a lock file beside the database (`<file>.setup-lock`).
 pub async fn migrate_url(url: &str) -> Result<(), StoreError> {
     let store = Store::connect(
         url,
@@ -213,14 +221,6 @@ pub async fn migrate_url(url: &str) -> Result<(), StoreError> {
     .await?;
     store.close().await;
     Ok(())
-}
-
-async fn migrate(pool: &AnyPool, backend: Backend, url: &str) -> Result<(), StoreError> {
-    let _lock = match (backend, sqlite_path(url)) {
-        (Backend::Sqlite, Some(path)) => Some(lock_file(path).await?),
-        _ => None,
-    };
-    MIGRATIONS.run(pool).await.map_err(StoreError::Migrate)
 }
 
 async fn read_head(pool: &AnyPool) -> Result<u64, StoreError> {
@@ -268,10 +268,10 @@ fn sqlite_create_if_missing(url: &str) -> Result<String, StoreError> {
     Ok(format!("{url}{separator}mode=rwc"))
 }
 
-/// Holds an exclusive lock on `<database>.migrate-lock` until dropped.
+/// Holds an exclusive lock on `<database>.setup-lock` until dropped.
 async fn lock_file(database: PathBuf) -> Result<std::fs::File, StoreError> {
     let mut path = database.into_os_string();
-    path.push(".migrate-lock");
+    path.push(".setup-lock");
     tokio::task::spawn_blocking(move || {
         let file = std::fs::OpenOptions::new()
             .create(true)

@@ -6,14 +6,9 @@
 
 #![allow(clippy::unwrap_used)] // tests fail loudly on purpose
 
-use std::future::Future;
-use std::panic::AssertUnwindSafe;
-use std::sync::atomic::{AtomicUsize, Ordering};
 use std::time::Duration;
 
-use futures::FutureExt;
 use serde_json::{Value, json};
-use sqlx::Connection;
 use vxds_core::ParamSet;
 use vxds_core::variants::{VariantLimits, validate_variant_set};
 use vxds_envoy::changeset::ChangesetRequest;
@@ -21,143 +16,12 @@ use vxds_envoy::resource::{Body, ResourceType};
 use vxds_store::{
     ApplyError, ChangeKind, ListQuery, ResourceKey, Store, StoreError, StoreOptions, index,
 };
+use vxds_testkit::{TestDb, on_both_backends};
 
 const ROUTE: &str = "type.googleapis.com/envoy.config.route.v3.RouteConfiguration";
 const CLUSTER: &str = "type.googleapis.com/envoy.config.cluster.v3.Cluster";
 
-#[derive(Clone, Copy, Debug)]
-enum Db {
-    Sqlite,
-    Postgres,
-}
-
-/// A fresh database for one test.
-struct TestDb {
-    url: String,
-    _dir: Option<tempfile::TempDir>,
-    postgres: Option<(String, String)>,
-}
-
-fn admin_url() -> String {
-    std::env::var("DATABASE_URL")
-        .unwrap_or_else(|_| "postgres://postgres@127.0.0.1:5432/postgres".into())
-}
-
-fn with_database(url: &str, database: &str) -> String {
-    let (base, query) = url
-        .split_once('?')
-        .map_or((url, None), |(b, q)| (b, Some(q)));
-    let base = &base[..base.rfind('/').unwrap()];
-    match query {
-        Some(q) => format!("{base}/{database}?{q}"),
-        None => format!("{base}/{database}"),
-    }
-}
-
-async fn fresh(db: Db) -> TestDb {
-    static COUNTER: AtomicUsize = AtomicUsize::new(0);
-    match db {
-        Db::Sqlite => {
-            let dir = tempfile::tempdir().unwrap();
-            let url = format!("sqlite://{}", dir.path().join("vxds.db").display());
-            TestDb {
-                url,
-                _dir: Some(dir),
-                postgres: None,
-            }
-        }
-        Db::Postgres => {
-            let admin = admin_url();
-            let mut conn = sqlx::PgConnection::connect(&admin).await.unwrap_or_else(|e| {
-                panic!(
-                    "the store tests need Postgres at {admin} ({e}); start it (.ci/run does) or \
-                     set DATABASE_URL"
-                )
-            });
-            let name = format!(
-                "vxds_test_{}_{}",
-                std::process::id(),
-                COUNTER.fetch_add(1, Ordering::Relaxed)
-            );
-            sqlx::query(sqlx::AssertSqlSafe(format!(
-                "DROP DATABASE IF EXISTS {name} WITH (FORCE)"
-            )))
-            .execute(&mut conn)
-            .await
-            .unwrap();
-            sqlx::query(sqlx::AssertSqlSafe(format!("CREATE DATABASE {name}")))
-                .execute(&mut conn)
-                .await
-                .unwrap();
-            TestDb {
-                url: with_database(&admin, &name),
-                _dir: None,
-                postgres: Some((admin, name)),
-            }
-        }
-    }
-}
-
-impl TestDb {
-    async fn drop_database(&self) {
-        if let Some((admin, name)) = &self.postgres
-            && let Ok(mut conn) = sqlx::PgConnection::connect(admin).await
-        {
-            let sql = format!("DROP DATABASE IF EXISTS {name} WITH (FORCE)");
-            let _ = sqlx::query(sqlx::AssertSqlSafe(sql))
-                .execute(&mut conn)
-                .await;
-        }
-    }
-
-    async fn store(&self) -> Store {
-        Store::connect(&self.url, StoreOptions::default())
-            .await
-            .unwrap()
-    }
-}
-
-/// Runs `test` on a fresh database and drops it afterwards, even when the test fails.
-async fn run<F, Fut>(db: Db, test: F)
-where
-    F: FnOnce(TestDb) -> Fut,
-    Fut: Future<Output = ()>,
-{
-    let testdb = fresh(db).await;
-    let cleanup = TestDb {
-        url: testdb.url.clone(),
-        _dir: None,
-        postgres: testdb.postgres.clone(),
-    };
-    let result = AssertUnwindSafe(test(testdb)).catch_unwind().await;
-    cleanup.drop_database().await;
-    if let Err(panic) = result {
-        std::panic::resume_unwind(panic);
-    }
-}
-
-macro_rules! contract {
-    ($($test:ident),* $(,)?) => {
-        mod sqlite {
-            $(
-                #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-                async fn $test() {
-                    super::run(super::Db::Sqlite, super::$test).await
-                }
-            )*
-        }
-        mod postgres {
-            $(
-                #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-                async fn $test() {
-                    super::run(super::Db::Postgres, super::$test).await
-                }
-            )*
-        }
-    };
-}
-
-contract!(
+on_both_backends!(
     an_empty_store_is_at_revision_zero,
     a_put_reads_back_the_same_json,
     a_changeset_is_one_revision,
@@ -171,6 +35,7 @@ contract!(
     the_change_feed_reads_one_snapshot,
     xdstp_names_are_stored_in_normal_form,
     the_aggregate_graph_is_checked_across_the_store,
+    every_error_is_reported_at_once,
     concurrent_writers_cannot_break_exclusivity,
     concurrent_writers_cannot_make_a_cycle,
     concurrent_revisions_are_gap_free,
@@ -639,6 +504,40 @@ async fn the_aggregate_graph_is_checked_across_the_store(db: TestDb) {
     store.apply(cut, None).await.unwrap();
     let top = changeset(json!({"operations": [put_cluster(aggregate("d0", &["d1"]))]}));
     store.apply(top, None).await.unwrap();
+}
+
+/// Stateless problems and the ones only the store can see come back together.
+async fn every_error_is_reported_at_once(db: TestDb) {
+    let store = db.store().await;
+    store
+        .apply(
+            changeset(json!({"operations": [put_cluster(aggregate("a", &["b"]))]})),
+            None,
+        )
+        .await
+        .unwrap();
+    let request = changeset(json!({"operations": [
+        {"op": "put", "type": "route", "name": "r", "variants": [{"constraints": "env =", "resource": route("r", "x")}]},
+        put_cluster(aggregate("b", &["a"])),
+        {"op": "delete", "type": "listener", "name": "missing"},
+    ]}));
+    let ApplyError::Invalid(invalid) = store.apply(request, None).await.unwrap_err() else {
+        panic!()
+    };
+    let found: Vec<(Option<usize>, &str)> = invalid
+        .errors
+        .iter()
+        .map(|e| (e.operation, e.code.as_str()))
+        .collect();
+    assert_eq!(
+        found,
+        [
+            (Some(0), "invalid_constraints"),
+            (Some(1), "aggregate_cycle"),
+            (Some(2), "not_found")
+        ]
+    );
+    assert_eq!(store.head_revision().await.unwrap(), 1);
 }
 
 /// Writers race to add a variant each to one resource, reading, extending and writing with the

@@ -130,6 +130,8 @@ impl Store {
         up_to: u64,
         limit: usize,
     ) -> Result<Vec<Revision>, StoreError> {
+        // Revisions are BIGINTs: nothing lies beyond i64::MAX.
+        let (after, up_to) = (after.min(i64::MAX as u64), up_to.min(i64::MAX as u64));
         let mut tx = self.begin_snapshot().await?;
         let rows = sqlx::query(
             "SELECT revision, created_at_ms, author, message FROM vxds_revisions \
@@ -188,6 +190,7 @@ impl Store {
 
     /// Everything committed after `revision` (everything, for 0), from one snapshot.
     pub async fn changes_since(&self, revision: u64) -> Result<ChangeBatch, StoreError> {
+        let revision = revision.min(i64::MAX as u64);
         let mut tx = self.begin_snapshot().await?;
         let head = sqlx::query("SELECT revision FROM vxds_head WHERE id = 1")
             .fetch_one(&mut *tx)

@@ -1,10 +1,12 @@
 //! Applying a changeset: all or nothing, as one revision.
 //!
-//! 1. Every stateless rule runs first, off the async runtime ([`changeset::validate`]).
+//! 1. Every stateless rule runs first, off the async runtime ([`changeset::check`]).
 //! 2. One transaction takes the head row's lock, which serialises writers: what it reads next
 //!    is the latest committed state, and nobody commits until it is done.
-//! 3. Under the lock: expected revision and versions (conflicts), deletes of missing
-//!    resources, and the aggregate-cluster graph across the whole store after the changeset.
+//! 3. Under the lock: expected revision and versions (conflicts, which come first), deletes of
+//!    missing resources, and the aggregate-cluster graph across the whole store after the
+//!    changeset, on the operations that passed step 1. All errors of steps 1 and 3 are
+//!    reported together.
 //! 4. Operations that change nothing are dropped; if nothing is left, no revision is made.
 //! 5. The writes, the revision and its change list, the head; with Postgres a NOTIFY that is
 //!    delivered at commit. Then the head watch moves.
@@ -16,8 +18,7 @@ use std::time::{SystemTime, UNIX_EPOCH};
 
 use sqlx::{Any, Row, Transaction};
 use vxds_envoy::changeset::{
-    self, Action, ChangesetRequest, Invalid, Problem, ResourceKey, ValidatedChangeset,
-    ValidatedResource,
+    self, Action, ChangesetRequest, Checked, Invalid, Problem, ResourceKey, ValidatedResource,
 };
 use vxds_envoy::pointer::Pointer;
 use vxds_envoy::resource::CLUSTER;
@@ -49,25 +50,29 @@ impl Store {
     ) -> Result<Applied, ApplyError> {
         let config = self.inner.validation.clone();
         // Validation is CPU work (the exclusivity analysis): keep it off the runtime threads.
-        let validated = tokio::task::spawn_blocking(move || changeset::validate(&request, &config))
+        let checked = tokio::task::spawn_blocking(move || changeset::check(&request, &config))
             .await
-            .map_err(|e| StoreError::Corrupt(format!("validation panicked: {e}")))?
-            .map_err(ApplyError::Invalid)?;
-        let (applied, committed) = self
-            .write(&validated.changeset, author, validated.warnings)
-            .await?;
+            .map_err(|e| StoreError::Corrupt(format!("validation panicked: {e}")))?;
+        let (applied, committed) = self.write(checked, author).await?;
         if committed {
             self.publish_head(applied.revision);
         }
         Ok(applied)
     }
 
+    /// Everything under the lock. `checked` carries the stateless errors too: the rules that
+    /// need state still run on the operations that passed, so every error is reported at once.
     async fn write(
         &self,
-        changeset: &ValidatedChangeset,
+        checked: Checked,
         author: Option<String>,
-        warnings: Vec<Problem>,
     ) -> Result<(Applied, bool), ApplyError> {
+        let Checked {
+            changeset,
+            errors: stateless_errors,
+            warnings,
+        } = checked;
+        let changeset = &changeset;
         let mut tx = self.pool().begin().await.map_err(StoreError::from)?;
         let head = lock_head(&mut tx, self.backend()).await?;
 
@@ -88,7 +93,7 @@ impl Store {
             }
         }
 
-        let mut errors = Vec::new();
+        let mut errors = stateless_errors;
         let mut changes = Vec::new();
         for op in &changeset.operations {
             let existing = current.get(&op.key);
@@ -157,6 +162,7 @@ impl Store {
             errors.extend(changeset.graph_problems(&edges));
         }
         if !errors.is_empty() {
+            errors.sort_by_key(|p| p.operation);
             return Err(ApplyError::Invalid(Invalid { errors, warnings }));
         }
 

@@ -1,0 +1,151 @@
+//! Fresh databases for tests, one per test, on both store backends.
+//!
+//! Postgres databases are created on the server at `DATABASE_URL` (default
+//! `postgres://postgres@127.0.0.1:5432/postgres`) and dropped afterwards, even when the test
+//! fails. A missing Postgres fails the test loudly: these tests are never skipped.
+#![forbid(unsafe_code)]
+
+use std::future::Future;
+use std::panic::AssertUnwindSafe;
+use std::sync::atomic::{AtomicUsize, Ordering};
+
+use futures::FutureExt;
+use sqlx::Connection;
+use vxds_store::{Store, StoreOptions};
+
+/// Which backend a test runs on.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Db {
+    Sqlite,
+    Postgres,
+}
+
+/// A fresh, empty database.
+#[derive(Debug)]
+pub struct TestDb {
+    pub backend: Db,
+    pub url: String,
+    _dir: Option<tempfile::TempDir>,
+    postgres: Option<(String, String)>,
+}
+
+/// The Postgres server the tests use.
+pub fn admin_url() -> String {
+    std::env::var("DATABASE_URL")
+        .unwrap_or_else(|_| "postgres://postgres@127.0.0.1:5432/postgres".into())
+}
+
+fn with_database(url: &str, database: &str) -> String {
+    let (base, query) = url
+        .split_once('?')
+        .map_or((url, None), |(b, q)| (b, Some(q)));
+    let base = base.rfind('/').map_or(base, |i| &base[..i]);
+    match query {
+        Some(q) => format!("{base}/{database}?{q}"),
+        None => format!("{base}/{database}"),
+    }
+}
+
+impl TestDb {
+    pub async fn fresh(backend: Db) -> TestDb {
+        static COUNTER: AtomicUsize = AtomicUsize::new(0);
+        match backend {
+            Db::Sqlite => {
+                let dir = tempfile::tempdir().expect("a temporary folder");
+                let url = format!("sqlite://{}", dir.path().join("vxds.db").display());
+                TestDb {
+                    backend,
+                    url,
+                    _dir: Some(dir),
+                    postgres: None,
+                }
+            }
+            Db::Postgres => {
+                let admin = admin_url();
+                let mut conn = sqlx::PgConnection::connect(&admin).await.unwrap_or_else(|e| {
+                    panic!(
+                        "these tests need Postgres at {admin} ({e}); start it (.ci/run does) or set \
+                         DATABASE_URL"
+                    )
+                });
+                let name = format!(
+                    "vxds_test_{}_{}",
+                    std::process::id(),
+                    COUNTER.fetch_add(1, Ordering::Relaxed)
+                );
+                for sql in [
+                    format!("DROP DATABASE IF EXISTS {name} WITH (FORCE)"),
+                    format!("CREATE DATABASE {name}"),
+                ] {
+                    sqlx::query(sqlx::AssertSqlSafe(sql))
+                        .execute(&mut conn)
+                        .await
+                        .expect("creating a test database");
+                }
+                TestDb {
+                    backend,
+                    url: with_database(&admin, &name),
+                    _dir: None,
+                    postgres: Some((admin, name)),
+                }
+            }
+        }
+    }
+
+    /// A store on this database, migrated.
+    pub async fn store(&self) -> Store {
+        Store::connect(&self.url, StoreOptions::default())
+            .await
+            .expect("connecting to the test database")
+    }
+
+    async fn drop_database(admin: &str, name: &str) {
+        if let Ok(mut conn) = sqlx::PgConnection::connect(admin).await {
+            let sql = format!("DROP DATABASE IF EXISTS {name} WITH (FORCE)");
+            let _ = sqlx::query(sqlx::AssertSqlSafe(sql))
+                .execute(&mut conn)
+                .await;
+        }
+    }
+}
+
+/// Runs `test` on a fresh database of `backend`, and drops the database afterwards even when
+/// the test fails.
+pub async fn with_db<F, Fut>(backend: Db, test: F)
+where
+    F: FnOnce(TestDb) -> Fut,
+    Fut: Future<Output = ()>,
+{
+    let db = TestDb::fresh(backend).await;
+    let postgres = db.postgres.clone();
+    let result = AssertUnwindSafe(test(db)).catch_unwind().await;
+    if let Some((admin, name)) = postgres {
+        TestDb::drop_database(&admin, &name).await;
+    }
+    if let Err(panic) = result {
+        std::panic::resume_unwind(panic);
+    }
+}
+
+/// Declares each listed `async fn(TestDb)` as a test on SQLite and on Postgres.
+#[macro_export]
+macro_rules! on_both_backends {
+    ($($test:ident),* $(,)?) => {
+        mod sqlite {
+            $(
+                #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+                async fn $test() {
+                    $crate::with_db($crate::Db::Sqlite, super::$test).await
+                }
+            )*
+        }
+        mod postgres {
+            $(
+                #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+                async fn $test() {
+                    $crate::with_db($crate::Db::Postgres, super::$test).await
+                }
+            )*
+        }
+    };
+}
