@@ -22,6 +22,7 @@ use crate::rules::{self, GraphProblem};
 
 /// A write of any number of operations, applied all or nothing as one revision.
 #[derive(Clone, Debug, Default, PartialEq, Serialize, Deserialize)]
+#[cfg_attr(feature = "openapi", derive(utoipa::ToSchema))]
 #[serde(deny_unknown_fields)]
 pub struct ChangesetRequest {
     /// Refuse (conflict) unless the store's head revision is this one.
@@ -68,14 +69,99 @@ pub struct DeleteRequest {
 }
 
 #[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
+#[cfg_attr(feature = "openapi", derive(utoipa::ToSchema))]
 #[serde(deny_unknown_fields)]
 pub struct VariantRequest {
     /// Compact text (`env = "prod"`), proto3 JSON of `DynamicParameterConstraints`, or null
     /// (or absent) for an unconstrained variant.
     #[serde(default)]
+    #[cfg_attr(feature = "openapi", schema(value_type = Option<serde_json::Value>))]
     pub constraints: Value,
     /// The body: proto3 JSON with `@type`.
+    #[cfg_attr(feature = "openapi", schema(value_type = Object))]
     pub resource: Value,
+}
+
+/// The OpenAPI schema of an operation, written by hand: each kind is one closed object that
+/// lists `op` with its own fields (a derived schema would put `op` beside a closed object in an
+/// `allOf`, which no request could satisfy).
+#[cfg(feature = "openapi")]
+mod operation_schema {
+    use utoipa::openapi::schema::{
+        AdditionalProperties, ArrayBuilder, ObjectBuilder, OneOfBuilder, Schema, SchemaType, Type,
+    };
+    use utoipa::openapi::{Ref, RefOr};
+    use utoipa::{PartialSchema, ToSchema};
+
+    use super::{OperationRequest, VariantRequest};
+
+    /// The shapes of a type: one of the aliases, or a dotted message name (or its type URL).
+    pub(crate) const TYPE_PATTERN: &str = r"^(listener|route|cluster|endpoint|secret|runtime|virtual_host|scoped_route|extension_config|(type\.googleapis\.com/)?[A-Za-z_][A-Za-z0-9_]*(\.[A-Za-z_][A-Za-z0-9_]*)+)$";
+
+    fn string(description: &str) -> ObjectBuilder {
+        ObjectBuilder::new()
+            .schema_type(Type::String)
+            .description(Some(description))
+    }
+
+    fn operation(op: &str, description: &str, variants: bool) -> ObjectBuilder {
+        let mut object = ObjectBuilder::new()
+            .schema_type(Type::Object)
+            .description(Some(description))
+            .property(
+                "op",
+                ObjectBuilder::new()
+                    .schema_type(Type::String)
+                    .enum_values(Some([op])),
+            )
+            .required("op")
+            .property(
+                "type",
+                string("An alias (`cluster`), a message name or a type URL")
+                    .pattern(Some(TYPE_PATTERN)),
+            )
+            .required("type")
+            .property("name", string("The resource name").min_length(Some(1)))
+            .required("name")
+            .property(
+                "expected_version",
+                ObjectBuilder::new()
+                    .schema_type(SchemaType::from_iter([Type::String, Type::Null]))
+                    .description(Some("Refuse (409) unless the resource is at this version")),
+            );
+        if variants {
+            object = object
+                .property(
+                    "variants",
+                    ArrayBuilder::new()
+                        .items(Ref::from_schema_name("VariantRequest"))
+                        .min_items(Some(1))
+                        .description(Some("The whole new variant set")),
+                )
+                .required("variants");
+        }
+        object.additional_properties(Some(AdditionalProperties::FreeForm(false)))
+    }
+
+    impl PartialSchema for OperationRequest {
+        fn schema() -> RefOr<Schema> {
+            OneOfBuilder::new()
+                .item(operation(
+                    "put",
+                    "Replace a resource's whole variant set (creating it if needed)",
+                    true,
+                ))
+                .item(operation("delete", "Delete a resource", false))
+                .into()
+        }
+    }
+
+    impl ToSchema for OperationRequest {
+        fn schemas(schemas: &mut Vec<(String, RefOr<Schema>)>) {
+            schemas.push(("VariantRequest".into(), VariantRequest::schema()));
+            <VariantRequest as ToSchema>::schemas(schemas);
+        }
+    }
 }
 
 /// What identifies a resource: its type URL and its name (xdstp names in normal form).
@@ -213,12 +299,44 @@ pub fn validate(
     request: &ChangesetRequest,
     config: &ValidationConfig,
 ) -> Result<Validated, Invalid> {
+    check(request, config).into_result()
+}
+
+/// Everything the stateless rules found: the operations that passed (so that rules needing
+/// stored state can still run on them, and every error be reported at once), every error, and
+/// every warning.
+#[derive(Clone, Debug)]
+pub struct Checked {
+    pub changeset: ValidatedChangeset,
+    pub errors: Vec<Problem>,
+    pub warnings: Vec<Problem>,
+}
+
+impl Checked {
+    pub fn into_result(self) -> Result<Validated, Invalid> {
+        if self.errors.is_empty() {
+            Ok(Validated {
+                changeset: self.changeset,
+                warnings: self.warnings,
+            })
+        } else {
+            Err(Invalid {
+                errors: self.errors,
+                warnings: self.warnings,
+            })
+        }
+    }
+}
+
+/// Runs every stateless rule on `request`, keeping what passed.
+pub fn check(request: &ChangesetRequest, config: &ValidationConfig) -> Checked {
     let mut v = Validator {
         config,
         errors: Vec::new(),
         warnings: Vec::new(),
     };
     let ops_at = Pointer::root().push("operations");
+    let mut operations = Vec::with_capacity(request.operations.len().min(config.max_operations));
     if request.operations.len() > config.max_operations {
         v.errors.push(Problem::new(
             ops_at,
@@ -229,39 +347,35 @@ pub fn validate(
                 config.max_operations
             ),
         ));
-        return Err(v.into_invalid());
-    }
-    // Duplicates are found by key alone, so that one is reported even when the other
-    // operation has problems of its own.
-    let mut first_for_key: HashMap<ResourceKey, usize> = HashMap::new();
-    let mut operations = Vec::with_capacity(request.operations.len());
-    for (i, op) in request.operations.iter().enumerate() {
-        let at = ops_at.push(i);
-        if let Some(key) = key_of(op, config) {
-            if let Some(&first) = first_for_key.get(&key) {
-                v.errors.push(
-                    Problem::new(
-                        at,
-                        "duplicate_operation",
-                        format!(
-                            "operation {i} repeats the resource of operation {first}; one \
-                             operation per resource"
-                        ),
-                    )
-                    .at(i, None),
-                );
-                continue;
+    } else {
+        // Duplicates are found by key alone, so that one is reported even when the other
+        // operation has problems of its own.
+        let mut first_for_key: HashMap<ResourceKey, usize> = HashMap::new();
+        for (i, op) in request.operations.iter().enumerate() {
+            let at = ops_at.push(i);
+            if let Some(key) = key_of(op, config) {
+                if let Some(&first) = first_for_key.get(&key) {
+                    v.errors.push(
+                        Problem::new(
+                            at,
+                            "duplicate_operation",
+                            format!(
+                                "operation {i} repeats the resource of operation {first}; one \
+                                 operation per resource"
+                            ),
+                        )
+                        .at(i, None),
+                    );
+                    continue;
+                }
+                first_for_key.insert(key, i);
             }
-            first_for_key.insert(key, i);
+            let validated = match op {
+                OperationRequest::Put(put) => v.put(i, put, &at),
+                OperationRequest::Delete(delete) => v.delete(i, delete, &at),
+            };
+            operations.extend(validated);
         }
-        let validated = match op {
-            OperationRequest::Put(put) => v.put(i, put, &at),
-            OperationRequest::Delete(delete) => v.delete(i, delete, &at),
-        };
-        operations.extend(validated);
-    }
-    if !v.errors.is_empty() {
-        return Err(v.into_invalid());
     }
     let changeset = ValidatedChangeset {
         expected_revision: request.expected_revision,
@@ -269,33 +383,52 @@ pub fn validate(
         message: request.message.clone(),
         operations,
     };
-    Ok(Validated {
+    Checked {
         changeset,
+        errors: v.errors,
         warnings: v.warnings,
-    })
+    }
 }
 
-/// [`validate`] for a request that stands for a whole store (fixture files checked offline):
-/// the aggregate-cluster graph is checked over the request's own clusters.
+/// [`check`] for a request that stands for a whole store (fixture files checked offline): the
+/// aggregate-cluster graph is checked over the request's own clusters as well.
 pub fn validate_standalone(
     request: &ChangesetRequest,
     config: &ValidationConfig,
 ) -> Result<Validated, Invalid> {
-    let validated = validate(request, config)?;
-    let edges: BTreeMap<String, BTreeSet<String>> = validated
+    let mut checked = check(request, config);
+    let edges: BTreeMap<String, BTreeSet<String>> = checked
         .changeset
         .aggregate_updates()
         .into_iter()
         .filter_map(|(name, children)| children.map(|c| (name, c)))
         .collect();
-    let errors = validated.changeset.graph_problems(&edges);
-    if errors.is_empty() {
-        Ok(validated)
-    } else {
-        Err(Invalid {
-            errors,
-            warnings: validated.warnings,
-        })
+    let graph = checked.changeset.graph_problems(&edges);
+    checked.errors.extend(graph);
+    checked.errors.sort_by_key(|p| p.operation);
+    checked.into_result()
+}
+
+/// A resource name as the store keys it (xdstp names in normal form), or why it is not one:
+/// non-empty, within the length limit, no control characters, and for xdstp names a well-formed
+/// URN whose type segment is `ty` and whose authority is served. The one rule for names, used
+/// for changesets and for names in URL paths alike.
+pub fn resource_name(
+    name: &str,
+    ty: &ResourceType,
+    config: &ValidationConfig,
+) -> Result<String, Box<Problem>> {
+    let mut validator = Validator {
+        config,
+        errors: Vec::new(),
+        warnings: Vec::new(),
+    };
+    let at = Pointer::root();
+    match validator.name(name, ty, 0, &at) {
+        Some(name) => Ok(name),
+        None => Err(Box::new(validator.errors.pop().unwrap_or_else(|| {
+            Problem::new(at.push("name"), "invalid_name", "invalid name")
+        }))),
     }
 }
 
@@ -370,13 +503,6 @@ struct Validator<'a> {
 }
 
 impl Validator<'_> {
-    fn into_invalid(self) -> Invalid {
-        Invalid {
-            errors: self.errors,
-            warnings: self.warnings,
-        }
-    }
-
     fn error(&mut self, problem: Problem) {
         self.errors.push(problem);
     }

@@ -133,7 +133,8 @@ fn is_false(c: &Constraint) -> bool {
 }
 
 /// Bottom-up: constants are folded so they survive only at the root (`TRUE` = `And([])`,
-/// `FALSE` = `Or([])`), lists are flattened, sorted and deduplicated, double negation cancels.
+/// `FALSE` = `Or([])`), lists are flattened, sorted (by first key, then structure) and
+/// deduplicated, double negation cancels.
 fn canonicalize(c: &Constraint) -> Constraint {
     match c {
         Constraint::Equals { .. } | Constraint::Exists { .. } => c.clone(),
@@ -150,6 +151,18 @@ fn canonicalize(c: &Constraint) -> Constraint {
 }
 
 type Predicate = fn(&Constraint) -> bool;
+
+/// The smallest key an expression mentions (`""` for none).
+fn first_key(c: &Constraint) -> &str {
+    match c {
+        Constraint::Equals { key, .. } | Constraint::Exists { key } => key,
+        Constraint::Not(inner) => first_key(inner),
+        Constraint::And(children) | Constraint::Or(children) => {
+            children.iter().map(first_key).min().unwrap_or("")
+        }
+        Constraint::Any => "",
+    }
+}
 
 fn canonical_list(children: &[Constraint], is_and: bool) -> Constraint {
     // For AND the identity element is TRUE and the absorbing one FALSE; for OR the reverse.
@@ -172,7 +185,9 @@ fn canonical_list(children: &[Constraint], is_and: bool) -> Constraint {
             child => flat.push(child),
         }
     }
-    flat.sort();
+    // Grouped by the first key each child mentions, so `env != "prod" && version = "v1"` reads
+    // as written; the derived order breaks ties.
+    flat.sort_by(|a, b| (first_key(a), a).cmp(&(first_key(b), b)));
     flat.dedup();
     match flat.len() {
         1 => flat.pop().unwrap_or(TRUE),
@@ -208,6 +223,18 @@ mod tests {
         let or2 = canon(r#"env in ("qa", "prod", "test", "prod")"#);
         assert_eq!(or1.id(), or2.id());
         assert_eq!(or1.to_string(), r#"env in ("prod", "qa", "test")"#);
+    }
+
+    #[test]
+    fn children_are_grouped_by_key() {
+        assert_eq!(
+            canon(r#"version = "v1" && env != "prod""#).to_string(),
+            r#"env != "prod" && version = "v1""#
+        );
+        assert_eq!(
+            canon(r#"!exists(zone) || (b = "1" && a = "2")"#).to_string(),
+            r#"(a = "2" && b = "1") || !exists(zone)"#
+        );
     }
 
     #[test]
