@@ -1,0 +1,246 @@
+//! Bearer tokens: reads need a `read` or `write` token, writes a `write` token.
+//!
+//! The token file has one token per line: `<scope> <token> [<name>]` (or `<token> <scope>`),
+//! where scope is `read` or `write`; blank lines and `#` comments are ignored. The name, if
+//! given, is recorded as the author of the revisions the token writes. Without tokens, every
+//! request is allowed; `vxds serve` only allows that on a loopback address.
+
+use axum::extract::{Request, State};
+use axum::http::{Method, header};
+use axum::middleware::Next;
+use axum::response::{IntoResponse, Response};
+use subtle::ConstantTimeEq;
+
+use crate::AdminState;
+use crate::problem::ApiError;
+
+#[derive(Clone, Copy, Debug, PartialEq, Eq, PartialOrd, Ord)]
+pub enum Scope {
+    Read,
+    Write,
+}
+
+#[derive(Clone)]
+struct Token {
+    secret: String,
+    scope: Scope,
+    name: Option<String>,
+}
+
+impl std::fmt::Debug for Token {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("Token")
+            .field("scope", &self.scope)
+            .field("name", &self.name)
+            .finish_non_exhaustive()
+    }
+}
+
+/// The tokens the API accepts; none means authentication is off.
+#[derive(Clone, Debug, Default)]
+pub struct Tokens {
+    tokens: Vec<Token>,
+}
+
+#[derive(Debug, thiserror::Error)]
+pub enum TokenFileError {
+    #[error("reading the token file {path}: {source}")]
+    Read {
+        path: String,
+        source: std::io::Error,
+    },
+    #[error("token file line {line}: {message}")]
+    Line { line: usize, message: String },
+}
+
+/// Who made a request, for the revision's author.
+#[derive(Clone, Debug, Default)]
+pub struct Caller {
+    pub name: Option<String>,
+}
+
+impl Tokens {
+    pub fn none() -> Self {
+        Self::default()
+    }
+
+    pub fn load(path: &std::path::Path) -> Result<Self, TokenFileError> {
+        let text = std::fs::read_to_string(path).map_err(|source| TokenFileError::Read {
+            path: path.display().to_string(),
+            source,
+        })?;
+        Self::parse(&text)
+    }
+
+    pub fn parse(text: &str) -> Result<Self, TokenFileError> {
+        let mut tokens = Vec::new();
+        for (i, line) in text.lines().enumerate() {
+            let line_no = i + 1;
+            let line = line.split('#').next().unwrap_or_default().trim();
+            if line.is_empty() {
+                continue;
+            }
+            let words: Vec<&str> = line.split_whitespace().collect();
+            let scope_of = |w: &str| match w {
+                "read" => Some(Scope::Read),
+                "write" => Some(Scope::Write),
+                _ => None,
+            };
+            let (scope, secret, name) = match words.as_slice() {
+                [first, secret, rest @ ..] if scope_of(first).is_some() && rest.len() <= 1 => (
+                    scope_of(first),
+                    *secret,
+                    rest.first().map(|n| (*n).to_owned()),
+                ),
+                [secret, last] if scope_of(last).is_some() => (scope_of(last), *secret, None),
+                _ => {
+                    return Err(TokenFileError::Line {
+                        line: line_no,
+                        message: "expected `read <token> [name]` or `write <token> [name]`".into(),
+                    });
+                }
+            };
+            if secret.len() < 16 {
+                return Err(TokenFileError::Line {
+                    line: line_no,
+                    message: "tokens must be at least 16 characters long".into(),
+                });
+            }
+            tokens.push(Token {
+                secret: secret.to_owned(),
+                scope: scope.unwrap_or(Scope::Read),
+                name,
+            });
+        }
+        Ok(Self { tokens })
+    }
+
+    pub fn is_empty(&self) -> bool {
+        self.tokens.is_empty()
+    }
+
+    pub fn len(&self) -> usize {
+        self.tokens.len()
+    }
+
+    /// The token with this secret, compared in constant time against every token.
+    fn find(&self, presented: &str) -> Option<&Token> {
+        let mut found = None;
+        for token in &self.tokens {
+            if bool::from(token.secret.as_bytes().ct_eq(presented.as_bytes())) {
+                found = Some(token);
+            }
+        }
+        found
+    }
+}
+
+/// The scope a request needs; `None` for the public endpoints.
+fn required_scope(method: &Method, path: &str) -> Option<Scope> {
+    match path {
+        "/healthz" | "/readyz" | "/v1/openapi.json" => None,
+        // Resolving only reads, whatever its method.
+        "/v1/resolve" => Some(Scope::Read),
+        _ if method == Method::GET || method == Method::HEAD => Some(Scope::Read),
+        _ => Some(Scope::Write),
+    }
+}
+
+/// The middleware: checks the bearer token against the scope the route needs.
+pub async fn authorize(
+    State(state): State<AdminState>,
+    mut request: Request,
+    next: Next,
+) -> Response {
+    let Some(needed) = required_scope(request.method(), request.uri().path()) else {
+        return next.run(request).await;
+    };
+    if state.tokens.is_empty() {
+        request.extensions_mut().insert(Caller::default());
+        return next.run(request).await;
+    }
+    let presented = request
+        .headers()
+        .get(header::AUTHORIZATION)
+        .and_then(|v| v.to_str().ok())
+        .and_then(|v| {
+            v.strip_prefix("Bearer ")
+                .or_else(|| v.strip_prefix("bearer "))
+        })
+        .map(str::trim);
+    let Some(presented) = presented else {
+        return ApiError::Unauthorized(
+            "this endpoint needs `Authorization: Bearer <token>`".into(),
+        )
+        .into_response();
+    };
+    let Some(token) = state.tokens.find(presented) else {
+        return ApiError::Unauthorized("the bearer token is not valid".into()).into_response();
+    };
+    if token.scope < needed {
+        return ApiError::Forbidden("this token may read but not write".into()).into_response();
+    }
+    request.extensions_mut().insert(Caller {
+        name: token.name.clone(),
+    });
+    next.run(request).await
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn parses_token_files() {
+        let tokens = Tokens::parse(
+            "# operators\nwrite 0123456789abcdef-write alice\n\nread 0123456789abcdef-read\n0123456789abcdef-other read # ci\n",
+        )
+        .unwrap();
+        assert_eq!(tokens.len(), 3);
+        let writer = tokens.find("0123456789abcdef-write").unwrap();
+        assert_eq!(
+            (writer.scope, writer.name.as_deref()),
+            (Scope::Write, Some("alice"))
+        );
+        assert_eq!(
+            tokens.find("0123456789abcdef-other").unwrap().scope,
+            Scope::Read
+        );
+        assert!(tokens.find("0123456789abcdef").is_none());
+        assert!(
+            Tokens::parse("admin secret-token-1234567")
+                .unwrap_err()
+                .to_string()
+                .contains("line 1")
+        );
+        assert!(
+            Tokens::parse("write short")
+                .unwrap_err()
+                .to_string()
+                .contains("16 characters")
+        );
+        assert!(Tokens::parse("").unwrap().is_empty());
+    }
+
+    #[test]
+    fn scopes_follow_the_route() {
+        assert_eq!(required_scope(&Method::GET, "/healthz"), None);
+        assert_eq!(
+            required_scope(&Method::GET, "/v1/resources"),
+            Some(Scope::Read)
+        );
+        assert_eq!(
+            required_scope(&Method::POST, "/v1/resolve"),
+            Some(Scope::Read)
+        );
+        assert_eq!(
+            required_scope(&Method::PUT, "/v1/resources/route/r"),
+            Some(Scope::Write)
+        );
+        assert_eq!(
+            required_scope(&Method::POST, "/v1/changesets"),
+            Some(Scope::Write)
+        );
+        assert_eq!(required_scope(&Method::GET, "/metrics"), Some(Scope::Read));
+    }
+}

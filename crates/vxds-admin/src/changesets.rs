@@ -1,0 +1,83 @@
+//! `POST /v1/changesets`: any number of puts and deletes, all or nothing, as one revision.
+
+use axum::extract::State;
+use axum::{Extension, Json};
+use vxds_envoy::changeset::ChangesetRequest;
+use vxds_store::{Applied, ApplyError};
+
+use crate::AdminState;
+use crate::auth::Caller;
+use crate::body::Payload;
+use crate::problem::{ApiError, ProblemBody, ProblemItem};
+use crate::repr::{WriteResult, change_repr};
+
+/// Applies through the store and counts the outcome.
+pub async fn apply(
+    state: &AdminState,
+    request: ChangesetRequest,
+    author: Option<String>,
+    strip: Option<&str>,
+) -> Result<Applied, ApiError> {
+    let result = state.store.apply(request, author).await;
+    record(state, result, strip)
+}
+
+/// Counts the outcome of an apply and maps its error.
+pub fn record(
+    state: &AdminState,
+    result: Result<Applied, ApplyError>,
+    strip: Option<&str>,
+) -> Result<Applied, ApiError> {
+    let outcome = match &result {
+        Ok(a) if a.dry_run => "dry_run",
+        Ok(a) if a.changes.is_empty() => "unchanged",
+        Ok(_) => "committed",
+        Err(ApplyError::Invalid(_)) => "invalid",
+        Err(ApplyError::Conflict(_)) => "conflict",
+        Err(ApplyError::Store(_)) => "error",
+    };
+    state.metrics.changeset(outcome);
+    result.map_err(|e| ApiError::from_apply(e, strip))
+}
+
+/// Apply a changeset: puts and deletes, all or nothing, as one revision.
+#[utoipa::path(
+    post,
+    path = "/v1/changesets",
+    operation_id = "applyChangeset",
+    tag = "changesets",
+    request_body(content(
+        (ChangesetRequest = "application/json"),
+        (ChangesetRequest = "application/yaml"),
+    )),
+    responses(
+        (status = 200, description = "Applied (or, with `dry_run`, validated); `changed` is empty when nothing changed", body = WriteResult),
+        (status = 400, description = "Malformed", body = ProblemBody, content_type = "application/problem+json"),
+        (status = 401, description = "No valid token", body = ProblemBody, content_type = "application/problem+json"),
+        (status = 403, description = "A read-only token", body = ProblemBody, content_type = "application/problem+json"),
+        (status = 409, description = "`expected_revision` or an `expected_version` did not hold; nothing was written", body = ProblemBody, content_type = "application/problem+json"),
+        (status = 413, description = "The body is too large", body = ProblemBody, content_type = "application/problem+json"),
+        (status = 415, description = "Neither JSON nor YAML", body = ProblemBody, content_type = "application/problem+json"),
+        (status = 422, description = "Rules refused it; every problem is listed, each with a JSON pointer", body = ProblemBody, content_type = "application/problem+json"),
+        (status = 503, description = "The store is unavailable", body = ProblemBody, content_type = "application/problem+json"),
+    ),
+    security(("bearer" = []), ())
+)]
+pub async fn post(
+    State(state): State<AdminState>,
+    caller: Option<Extension<Caller>>,
+    Payload(request): Payload<ChangesetRequest>,
+) -> Result<Json<WriteResult>, ApiError> {
+    let author = caller.and_then(|Extension(c)| c.name);
+    let applied = apply(&state, request, author, None).await?;
+    Ok(Json(WriteResult {
+        revision: applied.revision,
+        dry_run: applied.dry_run,
+        changed: applied.changes.iter().map(change_repr).collect(),
+        warnings: applied
+            .warnings
+            .into_iter()
+            .map(|p| ProblemItem::from_problem(p, None))
+            .collect(),
+    }))
+}

@@ -1,0 +1,157 @@
+//! The REST admin API: operators and CI edit the variant database here.
+//!
+//! Every write is a changeset applied by the store, through the same validation as the CLI and
+//! fixture loading. Errors are RFC 9457 problem documents ([`problem`]); request bodies are
+//! JSON or YAML ([`body`]); bearer tokens guard reads and writes ([`auth`]). The OpenAPI
+//! document is generated from the handlers and types and checked in as `api/openapi.yaml`.
+#![forbid(unsafe_code)]
+
+pub mod auth;
+mod body;
+mod changesets;
+mod health;
+pub mod metrics;
+pub mod problem;
+mod query;
+mod repr;
+mod resolve;
+mod resources;
+mod revisions;
+
+use std::sync::Arc;
+
+use axum::Router;
+use axum::middleware;
+use prometheus_client::registry::Registry;
+use utoipa::openapi::security::{HttpAuthScheme, HttpBuilder, SecurityScheme};
+use utoipa::{Modify, OpenApi};
+use utoipa_axum::router::OpenApiRouter;
+use utoipa_axum::routes;
+use vxds_store::{Index, Store};
+
+pub use auth::{Scope, TokenFileError, Tokens};
+pub use metrics::AdminMetrics;
+pub use problem::{ApiError, ProblemBody, ProblemItem};
+
+/// What every handler shares. Cheap to clone.
+#[derive(Clone, Debug)]
+pub struct AdminState {
+    pub store: Store,
+    pub index: Index,
+    pub tokens: Arc<Tokens>,
+    pub metrics: Arc<AdminMetrics>,
+    /// The process-wide registry `/metrics` encodes.
+    pub registry: Arc<Registry>,
+    /// Largest request body, in bytes.
+    pub body_limit: usize,
+    openapi_json: Arc<serde_json::Value>,
+}
+
+/// Default request body limit: 16 MiB.
+pub const DEFAULT_BODY_LIMIT: usize = 16 << 20;
+
+impl AdminState {
+    pub fn new(
+        store: Store,
+        index: Index,
+        tokens: Tokens,
+        metrics: Arc<AdminMetrics>,
+        registry: Arc<Registry>,
+        body_limit: usize,
+    ) -> Self {
+        let openapi_json = serde_json::to_value(openapi()).unwrap_or_default();
+        Self {
+            store,
+            index,
+            tokens: Arc::new(tokens),
+            metrics,
+            registry,
+            body_limit,
+            openapi_json: Arc::new(openapi_json),
+        }
+    }
+}
+
+#[derive(OpenApi)]
+#[openapi(
+    info(
+        title = "vxds admin API",
+        description = "Edit vxds's variant database: resources with TP2 variants, changesets applied \
+                       all or nothing as one revision, resolution of a client's variant, and history. \
+                       Errors are RFC 9457 problem documents (`application/problem+json`) whose `errors` \
+                       each carry a JSON pointer into the request, a code and a message (and, for \
+                       overlapping variants, a witness parameter set).",
+        license(name = "Apache-2.0", identifier = "Apache-2.0"),
+    ),
+    tags(
+        (name = "resources", description = "Single resources and their variants"),
+        (name = "changesets", description = "All-or-nothing writes of many resources"),
+        (name = "resolve", description = "Which variant a client receives"),
+        (name = "revisions", description = "History"),
+        (name = "operations", description = "Health, readiness, metrics"),
+    ),
+    modifiers(&BearerAuth),
+)]
+struct ApiDoc;
+
+struct BearerAuth;
+
+impl Modify for BearerAuth {
+    fn modify(&self, openapi: &mut utoipa::openapi::OpenApi) {
+        let components = openapi.components.get_or_insert_with(Default::default);
+        components.add_security_scheme(
+            "bearer",
+            SecurityScheme::Http(
+                HttpBuilder::new()
+                    .scheme(HttpAuthScheme::Bearer)
+                    .description(Some(
+                        "A token from `--admin-token-file`: `read` tokens may read, `write` tokens may \
+                         also write. Without a token file the server listens on loopback only and \
+                         needs no token.",
+                    ))
+                    .build(),
+            ),
+        );
+    }
+}
+
+fn api_router() -> OpenApiRouter<AdminState> {
+    OpenApiRouter::with_openapi(ApiDoc::openapi())
+        .routes(routes!(resources::list))
+        .routes(routes!(resources::get, resources::put, resources::delete))
+        .routes(routes!(changesets::post))
+        .routes(routes!(resolve::resolve))
+        .routes(routes!(revisions::list))
+        .routes(routes!(revisions::get))
+        .routes(routes!(health::healthz))
+        .routes(routes!(health::readyz))
+        .routes(routes!(health::metrics))
+        .routes(routes!(health::openapi))
+}
+
+/// The OpenAPI document, generated from the handlers.
+pub fn openapi() -> utoipa::openapi::OpenApi {
+    api_router().split_for_parts().1
+}
+
+/// The OpenAPI document as checked in at `api/openapi.yaml`.
+pub fn openapi_yaml() -> String {
+    openapi().to_yaml().unwrap_or_default()
+}
+
+/// The admin API.
+pub fn router(state: AdminState) -> Router {
+    let (api, _) = api_router().split_for_parts();
+    api.fallback(|| async { ApiError::NotFound("there is nothing at this path".into()) })
+        .method_not_allowed_fallback(|| async { ApiError::MethodNotAllowed })
+        .layer(middleware::from_fn_with_state(
+            state.clone(),
+            auth::authorize,
+        ))
+        .layer(middleware::from_fn_with_state(
+            state.clone(),
+            metrics::track,
+        ))
+        .layer(tower_http::trace::TraceLayer::new_for_http())
+        .with_state(state)
+}

@@ -1,0 +1,303 @@
+//! Errors as RFC 9457 problem details (`application/problem+json`). This is the one place
+//! where errors become HTTP statuses. Database error text never reaches a client: it is logged
+//! here and replaced by a generic detail.
+
+use std::collections::BTreeMap;
+
+use axum::http::{HeaderValue, StatusCode, header};
+use axum::response::{IntoResponse, Response};
+use serde::Serialize;
+use tracing::error;
+use utoipa::ToSchema;
+use vxds_envoy::changeset::Problem;
+use vxds_store::{ApplyError, StoreError};
+
+pub const PROBLEM_JSON: &str = "application/problem+json";
+
+/// An RFC 9457 problem document.
+#[derive(Clone, Debug, PartialEq, Eq, Serialize, ToSchema)]
+pub struct ProblemBody {
+    /// A URI naming the kind of problem, e.g. `urn:vxds:problem:validation-failed`.
+    #[serde(rename = "type")]
+    pub problem_type: String,
+    pub title: String,
+    pub status: u16,
+    pub detail: String,
+    /// Every problem found, each pointing at the part of the request it is about.
+    #[serde(skip_serializing_if = "Vec::is_empty")]
+    pub errors: Vec<ProblemItem>,
+    /// Things that did not refuse the request but deserve a look.
+    #[serde(skip_serializing_if = "Vec::is_empty")]
+    pub warnings: Vec<ProblemItem>,
+}
+
+/// One problem with a request.
+#[derive(Clone, Debug, PartialEq, Eq, Serialize, ToSchema)]
+pub struct ProblemItem {
+    /// JSON pointer into the request body (`/operations/2/variants/1/constraints`); empty for
+    /// the whole body or when `parameter` names the culprit.
+    pub pointer: String,
+    /// The path or query parameter at fault, if it is one.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub parameter: Option<String>,
+    /// A stable, machine-readable code, e.g. `overlapping_variants`.
+    pub code: String,
+    pub message: String,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub operation: Option<usize>,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub variant: Option<usize>,
+    /// For overlapping variants: a parameter set both match.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub witness: Option<BTreeMap<String, String>>,
+}
+
+impl ProblemItem {
+    pub fn new(
+        pointer: impl Into<String>,
+        code: impl Into<String>,
+        message: impl Into<String>,
+    ) -> Self {
+        Self {
+            pointer: pointer.into(),
+            parameter: None,
+            code: code.into(),
+            message: message.into(),
+            operation: None,
+            variant: None,
+            witness: None,
+        }
+    }
+
+    /// A problem with a path or query parameter.
+    pub fn parameter(name: &str, code: impl Into<String>, message: impl Into<String>) -> Self {
+        Self {
+            parameter: Some(name.to_owned()),
+            ..Self::new("", code, message)
+        }
+    }
+
+    /// From a validation problem, with its pointer made relative: `strip` is removed from its
+    /// front (a PUT body is one operation of a changeset), and pointers at the type and name
+    /// of a PUT or DELETE name the path parameters instead.
+    pub fn from_problem(problem: Problem, strip: Option<&str>) -> Self {
+        let mut pointer = problem.pointer.to_string();
+        let mut parameter = None;
+        if let Some(prefix) = strip {
+            if let Some(rest) = pointer.strip_prefix(prefix) {
+                pointer = rest.to_owned();
+            }
+            if pointer == "/type" || pointer == "/name" {
+                parameter = Some(pointer[1..].to_owned());
+                pointer.clear();
+            }
+        }
+        Self {
+            pointer,
+            parameter,
+            code: problem.code,
+            message: problem.message,
+            operation: if strip.is_some() {
+                None
+            } else {
+                problem.operation
+            },
+            variant: problem.variant,
+            witness: problem.witness.map(|w| w.0),
+        }
+    }
+}
+
+/// Every way a request can fail.
+#[derive(Debug)]
+pub enum ApiError {
+    BadRequest {
+        detail: String,
+        errors: Vec<ProblemItem>,
+    },
+    Unauthorized(String),
+    Forbidden(String),
+    NotFound(String),
+    MethodNotAllowed,
+    Conflict {
+        detail: String,
+        errors: Vec<ProblemItem>,
+    },
+    PayloadTooLarge {
+        limit: usize,
+    },
+    UnsupportedMediaType(String),
+    Invalid {
+        detail: String,
+        errors: Vec<ProblemItem>,
+        warnings: Vec<ProblemItem>,
+    },
+    Unavailable,
+    Internal,
+}
+
+impl ApiError {
+    pub fn bad_parameter(name: &str, code: &str, message: impl Into<String>) -> Self {
+        let message = message.into();
+        ApiError::BadRequest {
+            detail: format!("parameter `{name}`: {message}"),
+            errors: vec![ProblemItem::parameter(name, code, message)],
+        }
+    }
+
+    /// From a failed changeset; `strip` as in [`ProblemItem::from_problem`].
+    pub fn from_apply(error: ApplyError, strip: Option<&str>) -> Self {
+        match error {
+            ApplyError::Invalid(invalid) => {
+                let count = invalid.errors.len();
+                ApiError::Invalid {
+                    detail: format!(
+                        "the request breaks {count} rule{}; nothing was written",
+                        if count == 1 { "" } else { "s" }
+                    ),
+                    errors: invalid
+                        .errors
+                        .into_iter()
+                        .map(|p| ProblemItem::from_problem(p, strip))
+                        .collect(),
+                    warnings: invalid
+                        .warnings
+                        .into_iter()
+                        .map(|p| ProblemItem::from_problem(p, strip))
+                        .collect(),
+                }
+            }
+            ApplyError::Conflict(conflict) => {
+                let mut pointer = conflict.pointer.to_string();
+                if let Some(rest) = strip.and_then(|prefix| pointer.strip_prefix(prefix)) {
+                    pointer = rest.to_owned();
+                }
+                let item = ProblemItem {
+                    operation: if strip.is_some() {
+                        None
+                    } else {
+                        conflict.operation
+                    },
+                    ..ProblemItem::new(pointer, "conflict", conflict.message.clone())
+                };
+                ApiError::Conflict {
+                    detail: format!("{}; nothing was written", conflict.message),
+                    errors: vec![item],
+                }
+            }
+            ApplyError::Store(e) => e.into(),
+        }
+    }
+
+    fn status(&self) -> StatusCode {
+        match self {
+            ApiError::BadRequest { .. } => StatusCode::BAD_REQUEST,
+            ApiError::Unauthorized(_) => StatusCode::UNAUTHORIZED,
+            ApiError::Forbidden(_) => StatusCode::FORBIDDEN,
+            ApiError::NotFound(_) => StatusCode::NOT_FOUND,
+            ApiError::MethodNotAllowed => StatusCode::METHOD_NOT_ALLOWED,
+            ApiError::Conflict { .. } => StatusCode::CONFLICT,
+            ApiError::PayloadTooLarge { .. } => StatusCode::PAYLOAD_TOO_LARGE,
+            ApiError::UnsupportedMediaType(_) => StatusCode::UNSUPPORTED_MEDIA_TYPE,
+            ApiError::Invalid { .. } => StatusCode::UNPROCESSABLE_ENTITY,
+            ApiError::Unavailable => StatusCode::SERVICE_UNAVAILABLE,
+            ApiError::Internal => StatusCode::INTERNAL_SERVER_ERROR,
+        }
+    }
+
+    fn kind(&self) -> &'static str {
+        match self {
+            ApiError::BadRequest { .. } => "bad-request",
+            ApiError::Unauthorized(_) => "unauthorized",
+            ApiError::Forbidden(_) => "forbidden",
+            ApiError::NotFound(_) => "not-found",
+            ApiError::MethodNotAllowed => "method-not-allowed",
+            ApiError::Conflict { .. } => "conflict",
+            ApiError::PayloadTooLarge { .. } => "payload-too-large",
+            ApiError::UnsupportedMediaType(_) => "unsupported-media-type",
+            ApiError::Invalid { .. } => "validation-failed",
+            ApiError::Unavailable => "unavailable",
+            ApiError::Internal => "internal",
+        }
+    }
+
+    pub fn body(self) -> ProblemBody {
+        let status = self.status();
+        let problem_type = format!("urn:vxds:problem:{}", self.kind());
+        let title = status.canonical_reason().unwrap_or("Error").to_owned();
+        let (detail, errors, warnings) = match self {
+            ApiError::BadRequest { detail, errors } | ApiError::Conflict { detail, errors } => {
+                (detail, errors, vec![])
+            }
+            ApiError::Invalid {
+                detail,
+                errors,
+                warnings,
+            } => (detail, errors, warnings),
+            ApiError::Unauthorized(detail)
+            | ApiError::Forbidden(detail)
+            | ApiError::NotFound(detail)
+            | ApiError::UnsupportedMediaType(detail) => (detail, vec![], vec![]),
+            ApiError::MethodNotAllowed => (
+                "this method is not allowed on this path".into(),
+                vec![],
+                vec![],
+            ),
+            ApiError::PayloadTooLarge { limit } => (
+                format!("the request body is larger than the limit of {limit} bytes"),
+                vec![],
+                vec![],
+            ),
+            ApiError::Unavailable => ("the store is unavailable; try again".into(), vec![], vec![]),
+            ApiError::Internal => (
+                "an internal error occurred; it has been logged".into(),
+                vec![],
+                vec![],
+            ),
+        };
+        ProblemBody {
+            problem_type,
+            title,
+            status: status.as_u16(),
+            detail,
+            errors,
+            warnings,
+        }
+    }
+}
+
+impl IntoResponse for ApiError {
+    fn into_response(self) -> Response {
+        let status = self.status();
+        let unauthorized = matches!(self, ApiError::Unauthorized(_));
+        let mut response = (status, axum::Json(self.body())).into_response();
+        response
+            .headers_mut()
+            .insert(header::CONTENT_TYPE, HeaderValue::from_static(PROBLEM_JSON));
+        if unauthorized {
+            response.headers_mut().insert(
+                header::WWW_AUTHENTICATE,
+                HeaderValue::from_static(r#"Bearer realm="vxds""#),
+            );
+        }
+        response
+    }
+}
+
+impl From<StoreError> for ApiError {
+    fn from(e: StoreError) -> Self {
+        // The chain (with the database's own words) goes to the log only.
+        let mut chain = e.to_string();
+        let mut source = std::error::Error::source(&e);
+        while let Some(s) = source {
+            chain.push_str(": ");
+            chain.push_str(&s.to_string());
+            source = s.source();
+        }
+        error!(error = %chain, "store error");
+        match e {
+            StoreError::Unavailable(_) => ApiError::Unavailable,
+            _ => ApiError::Internal,
+        }
+    }
+}

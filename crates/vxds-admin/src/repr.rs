@@ -1,0 +1,165 @@
+//! The JSON the API answers with, and the conversions into it.
+
+use serde::Serialize;
+use serde_json::Value;
+use time::OffsetDateTime;
+use time::format_description::well_known::Rfc3339;
+use utoipa::ToSchema;
+use vxds_envoy::constraints::constraints_to_json;
+use vxds_envoy::resource::{Body, ResourceType};
+use vxds_store::{Change, ChangeKind, Revision, StoredResource, StoredVariant};
+
+use crate::problem::{ApiError, ProblemItem};
+
+/// RFC 3339 in UTC, from Unix milliseconds.
+pub fn timestamp(ms: i64) -> String {
+    OffsetDateTime::from_unix_timestamp_nanos(i128::from(ms) * 1_000_000)
+        .ok()
+        .and_then(|t| t.format(&Rfc3339).ok())
+        .unwrap_or_default()
+}
+
+/// A resource with all its variants.
+#[derive(Clone, Debug, Serialize, ToSchema)]
+pub struct ResourceRepr {
+    /// e.g. `type.googleapis.com/envoy.config.route.v3.RouteConfiguration`
+    pub type_url: String,
+    /// The short alias (`route`), if the type has one.
+    #[serde(rename = "type", skip_serializing_if = "Option::is_none")]
+    pub alias: Option<&'static str>,
+    /// The name, xdstp names in normal form.
+    pub name: String,
+    /// Hash of the variants' ids and versions; also the `ETag`.
+    pub version: String,
+    /// The revision that last changed the resource.
+    pub revision: u64,
+    pub created_revision: u64,
+    pub created_at: String,
+    pub updated_at: String,
+    pub variants: Vec<VariantRepr>,
+}
+
+#[derive(Clone, Debug, Serialize, ToSchema)]
+pub struct VariantRepr {
+    /// The variant's identity: a hash of its canonical constraints.
+    pub id: String,
+    /// Proto3 JSON of `DynamicParameterConstraints`; null when unconstrained.
+    #[schema(value_type = Option<Object>)]
+    pub constraints: Value,
+    /// The constraints in the compact syntax, `*` when unconstrained.
+    pub constraints_text: String,
+    /// Content hash: the version clients see for this variant.
+    pub version: String,
+    pub created_at: String,
+    pub updated_at: String,
+    /// The body: proto3 JSON with `@type`.
+    #[schema(value_type = Object)]
+    pub resource: Value,
+}
+
+pub fn resource_type(type_url: &str) -> Result<ResourceType, ApiError> {
+    ResourceType::resolve(type_url).map_err(|_| ApiError::Internal)
+}
+
+pub fn variant_repr(variant: &StoredVariant, ty: &ResourceType) -> Result<VariantRepr, ApiError> {
+    let body = Body::from_any_bytes(variant.body.clone(), ty).map_err(|e| {
+        tracing::error!(error = %e.message, "a stored body does not decode");
+        ApiError::Internal
+    })?;
+    Ok(VariantRepr {
+        id: variant.id.to_string(),
+        constraints: constraints_to_json(variant.constraints.constraints()),
+        constraints_text: variant.constraints.to_string(),
+        version: variant.version.clone(),
+        created_at: timestamp(variant.created_at_ms),
+        updated_at: timestamp(variant.updated_at_ms),
+        resource: body.to_json(ty),
+    })
+}
+
+pub fn resource_repr(stored: &StoredResource) -> Result<ResourceRepr, ApiError> {
+    let ty = resource_type(&stored.key.type_url)?;
+    Ok(ResourceRepr {
+        type_url: stored.key.type_url.clone(),
+        alias: ty.alias(),
+        name: stored.key.name.clone(),
+        version: stored.version.clone(),
+        revision: stored.revision,
+        created_revision: stored.created_revision,
+        created_at: timestamp(stored.created_at_ms),
+        updated_at: timestamp(stored.updated_at_ms),
+        variants: stored
+            .variants
+            .iter()
+            .map(|v| variant_repr(v, &ty))
+            .collect::<Result<_, _>>()?,
+    })
+}
+
+/// One resource a revision changed.
+#[derive(Clone, Debug, Serialize, ToSchema)]
+pub struct ChangeRepr {
+    pub type_url: String,
+    #[serde(rename = "type", skip_serializing_if = "Option::is_none")]
+    pub alias: Option<&'static str>,
+    pub name: String,
+    #[schema(value_type = String, example = "updated")]
+    pub change: ChangeKind,
+    /// The version after the change; null when deleted.
+    pub version: Option<String>,
+}
+
+pub fn change_repr(change: &Change) -> ChangeRepr {
+    ChangeRepr {
+        type_url: change.key.type_url.clone(),
+        alias: ResourceType::resolve(&change.key.type_url)
+            .ok()
+            .and_then(|t| t.alias()),
+        name: change.key.name.clone(),
+        change: change.change,
+        version: change.version.clone(),
+    }
+}
+
+/// What a write did.
+#[derive(Clone, Debug, Serialize, ToSchema)]
+pub struct WriteResult {
+    /// The revision committed (for a dry run, the one it would commit); the current head when
+    /// nothing changed.
+    pub revision: u64,
+    pub dry_run: bool,
+    /// The resources whose state changed.
+    pub changed: Vec<ChangeRepr>,
+    #[serde(skip_serializing_if = "Vec::is_empty")]
+    pub warnings: Vec<ProblemItem>,
+}
+
+#[derive(Clone, Debug, Serialize, ToSchema)]
+pub struct RevisionRepr {
+    pub revision: u64,
+    pub created_at: String,
+    pub author: Option<String>,
+    pub message: Option<String>,
+    pub changes: Vec<ChangeRepr>,
+}
+
+pub fn revision_repr(revision: &Revision) -> RevisionRepr {
+    RevisionRepr {
+        revision: revision.revision,
+        created_at: timestamp(revision.created_at_ms),
+        author: revision.author.clone(),
+        message: revision.message.clone(),
+        changes: revision.changes.iter().map(change_repr).collect(),
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn timestamps_are_rfc3339_utc() {
+        assert_eq!(timestamp(0), "1970-01-01T00:00:00Z");
+        assert_eq!(timestamp(1_795_000_000_123), "2026-11-18T11:06:40.123Z");
+    }
+}

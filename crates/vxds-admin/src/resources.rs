@@ -1,0 +1,476 @@
+//! `/v1/resources`: list, read, replace and delete single resources. Writes are one-operation
+//! changesets, so they go through the same validation and the same transaction as any other.
+
+use axum::extract::{FromRequestParts, State};
+use axum::http::request::Parts;
+use axum::http::{HeaderMap, HeaderValue, StatusCode, header};
+use axum::response::{IntoResponse, Response};
+use axum::{Extension, Json};
+use base64::Engine;
+use base64::engine::general_purpose::URL_SAFE_NO_PAD;
+use serde::{Deserialize, Serialize};
+use utoipa::{IntoParams, ToSchema};
+use vxds_envoy::changeset::{
+    ChangesetRequest, DeleteRequest, OperationRequest, PutRequest, VariantRequest, resource_name,
+};
+use vxds_envoy::resource::ResourceType;
+use vxds_store::{ApplyError, ChangeKind, ListQuery, ResourceKey};
+
+use crate::AdminState;
+use crate::auth::Caller;
+use crate::body::Payload;
+use crate::problem::{ApiError, ProblemBody};
+use crate::query::Query;
+use crate::repr::{ChangeRepr, ResourceRepr, WriteResult, change_repr, resource_repr, timestamp};
+
+/// `{type}` and `{name}` from the path, percent-decoded.
+pub struct ResourcePath {
+    pub ty: ResourceType,
+    /// The name as given, decoded.
+    pub raw_name: String,
+    pub key: ResourceKey,
+}
+
+impl FromRequestParts<AdminState> for ResourcePath {
+    type Rejection = ApiError;
+
+    async fn from_request_parts(
+        parts: &mut Parts,
+        state: &AdminState,
+    ) -> Result<Self, Self::Rejection> {
+        let raw = crate::query::PathParams::from_request_parts(parts, state).await?;
+        let ty = type_param(raw.get("type")?)?;
+        let raw_name = raw.get("name")?.to_owned();
+        let name = name_param(&raw_name, &ty, state)?;
+        Ok(Self {
+            key: ResourceKey {
+                type_url: ty.type_url().to_owned(),
+                name,
+            },
+            ty,
+            raw_name,
+        })
+    }
+}
+
+pub fn type_param(spelling: &str) -> Result<ResourceType, ApiError> {
+    ResourceType::resolve(spelling)
+        .map_err(|e| ApiError::bad_parameter("type", "unknown_type", e.to_string()))
+}
+
+/// The name in the form the store keys it by, checked by the same rule as changesets.
+pub fn name_param(name: &str, ty: &ResourceType, state: &AdminState) -> Result<String, ApiError> {
+    resource_name(name, ty, state.store.validation())
+        .map_err(|p| ApiError::bad_parameter("name", &p.code, p.message))
+}
+
+#[derive(Debug, IntoParams)]
+#[into_params(parameter_in = Path)]
+#[allow(dead_code)] // documentation only: the values come through `ResourcePath`
+pub struct ResourcePathDoc {
+    /// An alias (`route`, `cluster`, ...) or a message name of the Envoy API.
+    #[param(
+        rename = "type",
+        pattern = "^(listener|route|cluster|endpoint|secret|runtime|virtual_host|scoped_route|extension_config|(type\\.googleapis\\.com/)?[A-Za-z_][A-Za-z0-9_]*(\\.[A-Za-z_][A-Za-z0-9_]*)+)$"
+    )]
+    resource_type: String,
+    /// The name, percent-encoded (`/`, `?`, `#` and xdstp names fit in the one segment).
+    #[param(min_length = 1)]
+    name: String,
+}
+
+#[derive(Debug, Deserialize, IntoParams)]
+#[into_params(parameter_in = Query)]
+pub struct ListParams {
+    /// Only resources of this type: an alias (`cluster`) or a message name.
+    #[serde(rename = "type")]
+    #[param(
+        rename = "type",
+        pattern = "^(listener|route|cluster|endpoint|secret|runtime|virtual_host|scoped_route|extension_config|(type\\.googleapis\\.com/)?[A-Za-z_][A-Za-z0-9_]*(\\.[A-Za-z_][A-Za-z0-9_]*)+)$"
+    )]
+    resource_type: Option<String>,
+    /// Only names starting with this.
+    prefix: Option<String>,
+    /// Page size, 1 to 1000 (default 100).
+    #[param(minimum = 1, maximum = 1000)]
+    limit: Option<u32>,
+    /// The `next_cursor` of the previous page.
+    cursor: Option<String>,
+}
+
+#[derive(Debug, Serialize, ToSchema)]
+pub struct ResourceSummaryRepr {
+    pub type_url: String,
+    #[serde(rename = "type", skip_serializing_if = "Option::is_none")]
+    pub alias: Option<&'static str>,
+    pub name: String,
+    pub version: String,
+    pub revision: u64,
+    pub variant_count: u64,
+    pub updated_at: String,
+}
+
+#[derive(Debug, Serialize, ToSchema)]
+pub struct ResourceList {
+    pub resources: Vec<ResourceSummaryRepr>,
+    /// Pass as `cursor` for the next page; null on the last page.
+    pub next_cursor: Option<String>,
+}
+
+fn encode_cursor(key: &ResourceKey) -> String {
+    let json = serde_json::to_vec(&(&key.type_url, &key.name)).unwrap_or_default();
+    URL_SAFE_NO_PAD.encode(json)
+}
+
+fn decode_cursor(cursor: &str) -> Result<ResourceKey, ApiError> {
+    let bad = || {
+        ApiError::bad_parameter(
+            "cursor",
+            "invalid_cursor",
+            "not a cursor this server issued",
+        )
+    };
+    let bytes = URL_SAFE_NO_PAD.decode(cursor).map_err(|_| bad())?;
+    let (type_url, name): (String, String) = serde_json::from_slice(&bytes).map_err(|_| bad())?;
+    Ok(ResourceKey { type_url, name })
+}
+
+/// List resources, a page at a time, in (type, name) order.
+#[utoipa::path(
+    get,
+    path = "/v1/resources",
+    operation_id = "listResources",
+    tag = "resources",
+    params(ListParams),
+    responses(
+        (status = 200, description = "A page of resources", body = ResourceList),
+        (status = 400, description = "A bad parameter", body = ProblemBody, content_type = "application/problem+json"),
+        (status = 401, description = "No valid token", body = ProblemBody, content_type = "application/problem+json"),
+        (status = 503, description = "The store is unavailable", body = ProblemBody, content_type = "application/problem+json"),
+    ),
+    security(("bearer" = []), ())
+)]
+pub async fn list(
+    State(state): State<AdminState>,
+    Query(params): Query<ListParams>,
+) -> Result<Json<ResourceList>, ApiError> {
+    let type_url = params
+        .resource_type
+        .as_deref()
+        .map(type_param)
+        .transpose()?
+        .map(|t| t.type_url().to_owned());
+    let limit = params.limit.unwrap_or(100);
+    if !(1..=1000).contains(&limit) {
+        return Err(ApiError::bad_parameter(
+            "limit",
+            "invalid_limit",
+            "limit must be between 1 and 1000",
+        ));
+    }
+    let after = params
+        .cursor
+        .as_deref()
+        .filter(|c| !c.is_empty())
+        .map(decode_cursor)
+        .transpose()?;
+    let page = state
+        .store
+        .list(&ListQuery {
+            type_url,
+            prefix: params.prefix,
+            limit: limit as usize,
+            after,
+        })
+        .await?;
+    let resources = page
+        .resources
+        .into_iter()
+        .map(|r| ResourceSummaryRepr {
+            alias: ResourceType::resolve(&r.key.type_url)
+                .ok()
+                .and_then(|t| t.alias()),
+            type_url: r.key.type_url,
+            name: r.key.name,
+            version: r.version,
+            revision: r.revision,
+            variant_count: r.variant_count,
+            updated_at: timestamp(r.updated_at_ms),
+        })
+        .collect();
+    Ok(Json(ResourceList {
+        resources,
+        next_cursor: page.next.as_ref().map(encode_cursor),
+    }))
+}
+
+fn etag(version: &str) -> HeaderValue {
+    HeaderValue::from_str(&format!("\"{version}\"")).unwrap_or(HeaderValue::from_static("\"\""))
+}
+
+/// The entity tags of an `If-Match` or `If-None-Match` header: `None` for `*`.
+fn entity_tags(headers: &HeaderMap, name: header::HeaderName) -> Option<Option<Vec<String>>> {
+    let value = headers.get(name)?.to_str().ok()?.trim().to_owned();
+    if value == "*" {
+        return Some(None);
+    }
+    Some(Some(
+        value
+            .split(',')
+            .map(|t| {
+                t.trim()
+                    .trim_start_matches("W/")
+                    .trim_matches('"')
+                    .to_owned()
+            })
+            .filter(|t| !t.is_empty())
+            .collect(),
+    ))
+}
+
+/// Read one resource with all its variants.
+#[utoipa::path(
+    get,
+    path = "/v1/resources/{type}/{name}",
+    operation_id = "getResource",
+    tag = "resources",
+    params(ResourcePathDoc),
+    responses(
+        (status = 200, description = "The resource", body = ResourceRepr, headers(("ETag" = String, description = "The resource version"))),
+        (status = 304, description = "Unchanged since the `If-None-Match` tag"),
+        (status = 400, description = "A bad parameter", body = ProblemBody, content_type = "application/problem+json"),
+        (status = 401, description = "No valid token", body = ProblemBody, content_type = "application/problem+json"),
+        (status = 404, description = "No such resource", body = ProblemBody, content_type = "application/problem+json"),
+        (status = 503, description = "The store is unavailable", body = ProblemBody, content_type = "application/problem+json"),
+    ),
+    security(("bearer" = []), ())
+)]
+pub async fn get(
+    State(state): State<AdminState>,
+    path: ResourcePath,
+    headers: HeaderMap,
+) -> Result<Response, ApiError> {
+    let Some(stored) = state.store.get(&path.key).await? else {
+        return Err(not_found(&path));
+    };
+    if let Some(tags) = entity_tags(&headers, header::IF_NONE_MATCH)
+        && tags.is_none_or(|tags| tags.contains(&stored.version))
+    {
+        return Ok((
+            StatusCode::NOT_MODIFIED,
+            [(header::ETAG, etag(&stored.version))],
+        )
+            .into_response());
+    }
+    let repr = resource_repr(&stored)?;
+    Ok(([(header::ETAG, etag(&stored.version))], Json(repr)).into_response())
+}
+
+fn not_found(path: &ResourcePath) -> ApiError {
+    ApiError::NotFound(format!(
+        "there is no {} named `{}`",
+        path.ty.alias().unwrap_or(path.ty.message_name()),
+        path.key.name
+    ))
+}
+
+#[derive(Debug, Deserialize, IntoParams)]
+#[into_params(parameter_in = Query)]
+pub struct WriteParams {
+    /// Validate and report, commit nothing.
+    #[serde(default)]
+    dry_run: bool,
+    /// Recorded with the revision.
+    message: Option<String>,
+}
+
+/// The body of a PUT: the resource's whole new variant set.
+#[derive(Debug, Deserialize, ToSchema)]
+#[serde(deny_unknown_fields)]
+pub struct PutBody {
+    #[schema(min_items = 1)]
+    pub variants: Vec<VariantRequest>,
+}
+
+#[derive(Debug, Serialize, ToSchema)]
+pub struct PutResult {
+    pub revision: u64,
+    pub dry_run: bool,
+    pub changed: Vec<ChangeRepr>,
+    #[serde(skip_serializing_if = "Vec::is_empty")]
+    pub warnings: Vec<crate::problem::ProblemItem>,
+    /// The resource as stored now (absent for a dry run).
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub resource: Option<ResourceRepr>,
+}
+
+/// The version `If-Match` asks for: the tag, or for `*` the current version (which must exist).
+async fn expected_version(
+    state: &AdminState,
+    path: &ResourcePath,
+    headers: &HeaderMap,
+) -> Result<Option<String>, ApiError> {
+    match entity_tags(headers, header::IF_MATCH) {
+        None => Ok(None),
+        Some(Some(tags)) => Ok(tags.into_iter().next().or(Some(String::new()))),
+        Some(None) => match state.store.get(&path.key).await? {
+            Some(current) => Ok(Some(current.version)),
+            None => Err(ApiError::Conflict {
+                detail: format!(
+                    "`If-Match: *` but `{}` does not exist; nothing was written",
+                    path.key.name
+                ),
+                errors: vec![],
+            }),
+        },
+    }
+}
+
+/// Replace a resource's whole variant set, atomically (creating the resource if needed).
+#[utoipa::path(
+    put,
+    path = "/v1/resources/{type}/{name}",
+    operation_id = "putResource",
+    tag = "resources",
+    params(
+        ResourcePathDoc,
+        ("If-Match" = Option<String>, Header, description = "Write only if the resource is at this version (`ETag`)"),
+        WriteParams,
+    ),
+    request_body(content(
+        (PutBody = "application/json"),
+        (PutBody = "application/yaml"),
+    )),
+    responses(
+        (status = 200, description = "Replaced (or unchanged)", body = PutResult, headers(("ETag" = String))),
+        (status = 201, description = "Created", body = PutResult, headers(("ETag" = String))),
+        (status = 400, description = "Malformed", body = ProblemBody, content_type = "application/problem+json"),
+        (status = 401, description = "No valid token", body = ProblemBody, content_type = "application/problem+json"),
+        (status = 403, description = "A read-only token", body = ProblemBody, content_type = "application/problem+json"),
+        (status = 409, description = "`If-Match` did not hold; nothing was written", body = ProblemBody, content_type = "application/problem+json"),
+        (status = 413, description = "The body is too large", body = ProblemBody, content_type = "application/problem+json"),
+        (status = 415, description = "Neither JSON nor YAML", body = ProblemBody, content_type = "application/problem+json"),
+        (status = 422, description = "A rule refused it; every problem is listed", body = ProblemBody, content_type = "application/problem+json"),
+        (status = 503, description = "The store is unavailable", body = ProblemBody, content_type = "application/problem+json"),
+    ),
+    security(("bearer" = []), ())
+)]
+pub async fn put(
+    State(state): State<AdminState>,
+    caller: Option<Extension<Caller>>,
+    path: ResourcePath,
+    headers: HeaderMap,
+    Query(params): Query<WriteParams>,
+    Payload(body): Payload<PutBody>,
+) -> Result<Response, ApiError> {
+    let expected_version = expected_version(&state, &path, &headers).await?;
+    let request = ChangesetRequest {
+        expected_revision: None,
+        dry_run: params.dry_run,
+        message: params.message,
+        operations: vec![OperationRequest::Put(PutRequest {
+            resource_type: path.ty.type_url().to_owned(),
+            name: path.raw_name.clone(),
+            expected_version,
+            variants: body.variants,
+        })],
+    };
+    let author = caller.and_then(|Extension(c)| c.name);
+    let applied = crate::changesets::apply(&state, request, author, Some("/operations/0")).await?;
+    let created = applied
+        .changes
+        .iter()
+        .any(|c| c.change == ChangeKind::Created);
+    let resource = if applied.dry_run {
+        None
+    } else {
+        state
+            .store
+            .get(&path.key)
+            .await?
+            .as_ref()
+            .map(resource_repr)
+            .transpose()?
+    };
+    let status = if created && !applied.dry_run {
+        StatusCode::CREATED
+    } else {
+        StatusCode::OK
+    };
+    let tag = resource.as_ref().map(|r| etag(&r.version));
+    let result = PutResult {
+        revision: applied.revision,
+        dry_run: applied.dry_run,
+        changed: applied.changes.iter().map(change_repr).collect(),
+        warnings: applied
+            .warnings
+            .into_iter()
+            .map(|p| crate::problem::ProblemItem::from_problem(p, Some("/operations/0")))
+            .collect(),
+        resource,
+    };
+    let mut response = (status, Json(result)).into_response();
+    if let Some(tag) = tag {
+        response.headers_mut().insert(header::ETAG, tag);
+    }
+    Ok(response)
+}
+
+/// Delete a resource with all its variants.
+#[utoipa::path(
+    delete,
+    path = "/v1/resources/{type}/{name}",
+    operation_id = "deleteResource",
+    tag = "resources",
+    params(
+        ResourcePathDoc,
+        ("If-Match" = Option<String>, Header, description = "Delete only if the resource is at this version (`ETag`)"),
+        WriteParams,
+    ),
+    responses(
+        (status = 200, description = "Deleted", body = WriteResult),
+        (status = 400, description = "A bad parameter", body = ProblemBody, content_type = "application/problem+json"),
+        (status = 401, description = "No valid token", body = ProblemBody, content_type = "application/problem+json"),
+        (status = 403, description = "A read-only token", body = ProblemBody, content_type = "application/problem+json"),
+        (status = 404, description = "No such resource", body = ProblemBody, content_type = "application/problem+json"),
+        (status = 409, description = "`If-Match` did not hold; nothing was written", body = ProblemBody, content_type = "application/problem+json"),
+        (status = 422, description = "A rule refused it (e.g. the aggregate graph)", body = ProblemBody, content_type = "application/problem+json"),
+        (status = 503, description = "The store is unavailable", body = ProblemBody, content_type = "application/problem+json"),
+    ),
+    security(("bearer" = []), ())
+)]
+pub async fn delete(
+    State(state): State<AdminState>,
+    caller: Option<Extension<Caller>>,
+    path: ResourcePath,
+    headers: HeaderMap,
+    Query(params): Query<WriteParams>,
+) -> Result<Json<WriteResult>, ApiError> {
+    let expected_version = expected_version(&state, &path, &headers).await?;
+    let request = ChangesetRequest {
+        expected_revision: None,
+        dry_run: params.dry_run,
+        message: params.message,
+        operations: vec![OperationRequest::Delete(DeleteRequest {
+            resource_type: path.ty.type_url().to_owned(),
+            name: path.raw_name.clone(),
+            expected_version,
+        })],
+    };
+    let author = caller.and_then(|Extension(c)| c.name);
+    let applied = match state.store.apply(request, author).await {
+        Err(ApplyError::Invalid(invalid))
+            if invalid.errors.iter().all(|e| e.code == "not_found") =>
+        {
+            state.metrics.changeset("invalid");
+            return Err(not_found(&path));
+        }
+        other => crate::changesets::record(&state, other, Some("/operations/0"))?,
+    };
+    Ok(Json(WriteResult {
+        revision: applied.revision,
+        dry_run: applied.dry_run,
+        changed: applied.changes.iter().map(change_repr).collect(),
+        warnings: vec![],
+    }))
+}
