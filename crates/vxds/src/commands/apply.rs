@@ -1,0 +1,151 @@
+//! `vxds apply -f PATH...`: fixtures as one changeset; `--prune` also deletes what they do not
+//! mention, guarded by the revision the listing was read at (retried if the store moves).
+
+use std::collections::BTreeSet;
+use std::path::PathBuf;
+use std::process::ExitCode;
+
+use anyhow::bail;
+use axum::http::Method;
+use clap::Args;
+use vxds_core::xdstp;
+use vxds_envoy::changeset::{DeleteRequest, OperationRequest};
+use vxds_envoy::resource::ResourceType;
+
+use super::{print_problem, refused};
+use crate::fixtures;
+use crate::target::{Target, TargetArgs};
+
+#[derive(Debug, Args)]
+pub struct ApplyArgs {
+    /// Fixture files or folders.
+    #[arg(short = 'f', long = "file", required = true, num_args = 1..)]
+    files: Vec<PathBuf>,
+    #[command(flatten)]
+    target: TargetArgs,
+    /// Validate and report, commit nothing.
+    #[arg(long)]
+    dry_run: bool,
+    /// Also delete every resource the fixtures do not mention (declarative sync).
+    #[arg(long)]
+    prune: bool,
+    /// Recorded with the revision.
+    #[arg(short, long)]
+    message: Option<String>,
+}
+
+/// How often a prune is retried when the store moves between listing and applying.
+const PRUNE_ATTEMPTS: usize = 3;
+
+pub async fn run(args: ApplyArgs) -> anyhow::Result<ExitCode> {
+    let fixtures = fixtures::load(&args.files)?;
+    let target = Target::connect(&args.target).await?;
+    let result = apply(&args, &fixtures, &target).await;
+    target.close().await;
+    result
+}
+
+async fn apply(
+    args: &ApplyArgs,
+    fixtures: &fixtures::Fixtures,
+    target: &Target,
+) -> anyhow::Result<ExitCode> {
+    for attempt in 1..=PRUNE_ATTEMPTS {
+        let mut changeset = fixtures.changeset();
+        changeset.dry_run = args.dry_run;
+        changeset.message = args.message.clone();
+        if args.prune {
+            let head = target.head().await?;
+            let mentioned = mentioned_keys(fixtures);
+            for (type_url, name) in target.list_all(None).await? {
+                if !mentioned.contains(&(type_url.clone(), name.clone())) {
+                    changeset
+                        .operations
+                        .push(OperationRequest::Delete(DeleteRequest {
+                            resource_type: type_url,
+                            name,
+                            expected_version: None,
+                        }));
+                }
+            }
+            changeset.expected_revision = Some(head);
+        }
+        let reply = target
+            .call(
+                Method::POST,
+                "/v1/changesets",
+                Some(&serde_json::to_value(&changeset)?),
+            )
+            .await?;
+        match reply.status {
+            200 => {
+                print_result(&reply.body, fixtures);
+                return Ok(ExitCode::SUCCESS);
+            }
+            409 if args.prune && attempt < PRUNE_ATTEMPTS => continue,
+            400 | 409 | 422 => {
+                print_problem(&reply.body, &|p| fixtures.locate(p));
+                return Ok(refused());
+            }
+            status => bail!(
+                "HTTP {status}: {}",
+                reply.body["detail"].as_str().unwrap_or("no detail")
+            ),
+        }
+    }
+    bail!("the store kept changing while pruning; try again")
+}
+
+/// The keys the fixtures name, as the store keys them.
+fn mentioned_keys(fixtures: &fixtures::Fixtures) -> BTreeSet<(String, String)> {
+    fixtures
+        .documents
+        .iter()
+        .filter_map(|d| {
+            let ty = ResourceType::resolve(&d.resource_type).ok()?;
+            let name = xdstp::normalize(&d.name).ok()?.into_owned();
+            Some((ty.type_url().to_owned(), name))
+        })
+        .collect()
+}
+
+fn print_result(body: &serde_json::Value, fixtures: &fixtures::Fixtures) {
+    let revision = body["revision"].as_u64().unwrap_or_default();
+    let changed = body["changed"].as_array().cloned().unwrap_or_default();
+    let dry = if body["dry_run"] == true {
+        " (dry run: nothing written)"
+    } else {
+        ""
+    };
+    let mut text = String::new();
+    if changed.is_empty() {
+        text.push_str(&format!(
+            "no changes; the store stays at revision {revision}{dry}\n"
+        ));
+    } else {
+        let plural = if changed.len() == 1 { "" } else { "s" };
+        text.push_str(&format!(
+            "revision {revision}: {} change{plural}{dry}\n",
+            changed.len()
+        ));
+        for change in &changed {
+            let ty = change["type"]
+                .as_str()
+                .or(change["type_url"].as_str())
+                .unwrap_or_default();
+            text.push_str(&format!(
+                "  {:<8} {:<10} {}\n",
+                change["change"].as_str().unwrap_or_default(),
+                ty,
+                change["name"].as_str().unwrap_or_default()
+            ));
+        }
+    }
+    super::out(&text);
+    for warning in body["warnings"].as_array().into_iter().flatten() {
+        eprintln!(
+            "{}",
+            super::format_item("warning", warning, &|p| fixtures.locate(p))
+        );
+    }
+}

@@ -1,0 +1,178 @@
+//! Fixture files: YAML (multi-document) or JSON (one document or an array), each document a
+//! resource as a put operation has it: `{type, name, variants}`. Folders are read recursively,
+//! files in name order. Problems point back at the file and document they came from.
+
+use std::path::{Path, PathBuf};
+
+use anyhow::{Context, bail};
+use serde::Deserialize;
+use serde_json::Value;
+use vxds_envoy::changeset::{ChangesetRequest, OperationRequest, PutRequest};
+use vxds_envoy::pointer::pointer_from_serde_path;
+
+/// Where a document came from.
+#[derive(Clone, Debug)]
+pub struct Source {
+    pub file: PathBuf,
+    /// 1-based.
+    pub document: usize,
+}
+
+#[derive(Debug, Default)]
+pub struct Fixtures {
+    pub documents: Vec<PutRequest>,
+    pub sources: Vec<Source>,
+    pub files: usize,
+}
+
+impl Fixtures {
+    /// All documents as one changeset of puts, in file order.
+    pub fn changeset(&self) -> ChangesetRequest {
+        ChangesetRequest {
+            operations: self
+                .documents
+                .iter()
+                .cloned()
+                .map(OperationRequest::Put)
+                .collect(),
+            ..Default::default()
+        }
+    }
+
+    /// `/operations/3/variants/1` as `routes.yaml (document 2) /variants/1`.
+    pub fn locate(&self, pointer: &str) -> String {
+        let Some(rest) = pointer.strip_prefix("/operations/") else {
+            return if pointer.is_empty() {
+                "the changeset".into()
+            } else {
+                pointer.to_owned()
+            };
+        };
+        let (index, tail) = rest.split_once('/').map_or((rest, ""), |(i, t)| (i, t));
+        match index
+            .parse::<usize>()
+            .ok()
+            .and_then(|i| self.sources.get(i))
+        {
+            Some(source) => {
+                let tail = if tail.is_empty() {
+                    String::new()
+                } else {
+                    format!(" /{tail}")
+                };
+                format!(
+                    "{} (document {}){tail}",
+                    source.file.display(),
+                    source.document
+                )
+            }
+            None => format!(
+                "operation {index}{}",
+                if tail.is_empty() {
+                    String::new()
+                } else {
+                    format!(" /{tail}")
+                }
+            ),
+        }
+    }
+}
+
+pub fn load(paths: &[PathBuf]) -> anyhow::Result<Fixtures> {
+    let mut files = Vec::new();
+    for path in paths {
+        collect(path, &mut files)?;
+    }
+    if files.is_empty() {
+        bail!(
+            "no fixture files (*.yaml, *.yml, *.json) under {}",
+            show(paths)
+        );
+    }
+    let mut fixtures = Fixtures {
+        files: files.len(),
+        ..Default::default()
+    };
+    for file in files {
+        let text = std::fs::read_to_string(&file)
+            .with_context(|| format!("reading {}", file.display()))?;
+        for (i, value) in documents(&file, &text)?.into_iter().enumerate() {
+            let source = Source {
+                file: file.clone(),
+                document: i + 1,
+            };
+            let document: PutRequest = serde_path_to_error::deserialize(value).map_err(|e| {
+                let pointer = pointer_from_serde_path(e.path()).to_string();
+                anyhow::anyhow!(
+                    "{} (document {}) {}: {}",
+                    file.display(),
+                    source.document,
+                    if pointer.is_empty() { "/" } else { &pointer },
+                    e.inner()
+                )
+            })?;
+            fixtures.documents.push(document);
+            fixtures.sources.push(source);
+        }
+    }
+    Ok(fixtures)
+}
+
+fn show(paths: &[PathBuf]) -> String {
+    paths
+        .iter()
+        .map(|p| p.display().to_string())
+        .collect::<Vec<_>>()
+        .join(", ")
+}
+
+fn collect(path: &Path, out: &mut Vec<PathBuf>) -> anyhow::Result<()> {
+    let meta = std::fs::metadata(path).with_context(|| format!("reading {}", path.display()))?;
+    if meta.is_file() {
+        out.push(path.to_owned());
+        return Ok(());
+    }
+    let mut entries: Vec<PathBuf> = std::fs::read_dir(path)
+        .with_context(|| format!("reading {}", path.display()))?
+        .filter_map(|e| e.ok().map(|e| e.path()))
+        .filter(|p| {
+            !p.file_name()
+                .and_then(|n| n.to_str())
+                .is_some_and(|n| n.starts_with('.'))
+        })
+        .collect();
+    entries.sort();
+    for entry in entries {
+        if entry.is_dir() {
+            collect(&entry, out)?;
+        } else if matches!(
+            entry.extension().and_then(|e| e.to_str()),
+            Some("yaml" | "yml" | "json")
+        ) {
+            out.push(entry);
+        }
+    }
+    Ok(())
+}
+
+fn documents(file: &Path, text: &str) -> anyhow::Result<Vec<Value>> {
+    let is_json = file.extension().and_then(|e| e.to_str()) == Some("json");
+    if is_json {
+        let value: Value = serde_json::from_str(text)
+            .with_context(|| format!("{} is not valid JSON", file.display()))?;
+        return Ok(match value {
+            Value::Array(items) => items,
+            other => vec![other],
+        });
+    }
+    let mut out = Vec::new();
+    for (i, document) in serde_norway::Deserializer::from_str(text).enumerate() {
+        let value = Value::deserialize(document).with_context(|| {
+            format!("{} (document {}) is not valid YAML", file.display(), i + 1)
+        })?;
+        if !value.is_null() {
+            out.push(value);
+        }
+    }
+    Ok(out)
+}

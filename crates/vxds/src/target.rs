@@ -1,0 +1,209 @@
+//! Where a command sends its requests: a running server's admin API over HTTP, or a database
+//! directly, through the same admin router run in-process. Either way the request, the
+//! validation and the answer are the admin API's.
+
+use std::sync::Arc;
+
+use anyhow::{Context, bail};
+use axum::http::{Method, Request, header};
+use clap::Args;
+use http_body_util::BodyExt;
+use percent_encoding::{AsciiSet, NON_ALPHANUMERIC, utf8_percent_encode};
+use prometheus_client::registry::Registry;
+use serde_json::Value;
+use tokio::task::JoinHandle;
+use tower::ServiceExt;
+use vxds_admin::{AdminMetrics, AdminState, DEFAULT_BODY_LIMIT, Tokens};
+use vxds_store::{Store, StoreOptions, index};
+
+#[derive(Clone, Debug, Args)]
+pub struct TargetArgs {
+    /// A running server's admin API.
+    #[arg(long, env = "VXDS_SERVER", default_value = "http://127.0.0.1:8080")]
+    pub server: String,
+    /// A bearer token for the server.
+    #[arg(long, env = "VXDS_TOKEN")]
+    pub token: Option<String>,
+    /// Work on this database (`postgres://...`, `sqlite://...`) instead of a server.
+    #[arg(long)]
+    pub database_url: Option<String>,
+}
+
+/// Unreserved characters stay; everything else in a path segment is escaped.
+const SEGMENT: &AsciiSet = &NON_ALPHANUMERIC
+    .remove(b'-')
+    .remove(b'.')
+    .remove(b'_')
+    .remove(b'~');
+
+/// A path segment, percent-encoded.
+pub fn segment(s: &str) -> String {
+    utf8_percent_encode(s, SEGMENT).to_string()
+}
+
+pub struct Reply {
+    pub status: u16,
+    pub body: Value,
+}
+
+pub enum Target {
+    Server {
+        base: String,
+        token: Option<String>,
+        client: reqwest::Client,
+    },
+    Database {
+        router: axum::Router,
+        store: Store,
+        follower: JoinHandle<()>,
+    },
+}
+
+impl Target {
+    pub async fn connect(args: &TargetArgs) -> anyhow::Result<Self> {
+        match &args.database_url {
+            Some(url) => {
+                let store = Store::connect(url, StoreOptions::default())
+                    .await
+                    .with_context(|| format!("opening {}", vxds_store::redact(url)))?;
+                let (index, follower) = index::start(store.clone()).await?;
+                let mut registry = Registry::default();
+                let metrics = Arc::new(AdminMetrics::register(&mut registry));
+                let state = AdminState::new(
+                    store.clone(),
+                    index,
+                    Tokens::none(),
+                    metrics,
+                    Arc::new(registry),
+                    DEFAULT_BODY_LIMIT,
+                );
+                Ok(Target::Database {
+                    router: vxds_admin::router(state),
+                    store,
+                    follower,
+                })
+            }
+            None => {
+                let client = reqwest::Client::builder()
+                    .build()
+                    .context("building the HTTP client")?;
+                let base = args.server.trim_end_matches('/').to_owned();
+                Ok(Target::Server {
+                    base,
+                    token: args.token.clone(),
+                    client,
+                })
+            }
+        }
+    }
+
+    pub async fn call(
+        &self,
+        method: Method,
+        path: &str,
+        body: Option<&Value>,
+    ) -> anyhow::Result<Reply> {
+        let payload = body.map(serde_json::to_vec).transpose()?;
+        let (status, bytes) = match self {
+            Target::Server {
+                base,
+                token,
+                client,
+            } => {
+                let mut request = client.request(method, format!("{base}{path}"));
+                if let Some(token) = token {
+                    request = request.bearer_auth(token);
+                }
+                if let Some(payload) = payload {
+                    request = request
+                        .header(header::CONTENT_TYPE, "application/json")
+                        .body(payload);
+                }
+                let response = request
+                    .send()
+                    .await
+                    .with_context(|| format!("calling {base}"))?;
+                (response.status().as_u16(), response.bytes().await?.to_vec())
+            }
+            Target::Database { router, .. } => {
+                let request = Request::builder()
+                    .method(method)
+                    .uri(path)
+                    .header(header::CONTENT_TYPE, "application/json")
+                    .body(axum::body::Body::from(payload.unwrap_or_default()))?;
+                let response = router.clone().oneshot(request).await?;
+                let status = response.status().as_u16();
+                (
+                    status,
+                    response.into_body().collect().await?.to_bytes().to_vec(),
+                )
+            }
+        };
+        let body = if bytes.is_empty() {
+            Value::Null
+        } else {
+            serde_json::from_slice(&bytes).unwrap_or(Value::Null)
+        };
+        Ok(Reply { status, body })
+    }
+
+    /// The store's head revision.
+    pub async fn head(&self) -> anyhow::Result<u64> {
+        let reply = self.call(Method::GET, "/readyz", None).await?;
+        match reply.body["revision"].as_u64() {
+            Some(revision) if reply.status == 200 => Ok(revision),
+            _ => bail!("the server is not ready (HTTP {})", reply.status),
+        }
+    }
+
+    /// Every resource's `(type_url, name)`, optionally of one type.
+    pub async fn list_all(
+        &self,
+        resource_type: Option<&str>,
+    ) -> anyhow::Result<Vec<(String, String)>> {
+        let mut keys = Vec::new();
+        let mut cursor: Option<String> = None;
+        loop {
+            let mut path = "/v1/resources?limit=1000".to_owned();
+            if let Some(t) = resource_type {
+                path.push_str(&format!("&type={}", segment(t)));
+            }
+            if let Some(c) = &cursor {
+                path.push_str(&format!("&cursor={c}"));
+            }
+            let reply = self.expect_ok(self.call(Method::GET, &path, None).await?)?;
+            for r in reply.body["resources"].as_array().into_iter().flatten() {
+                keys.push((
+                    r["type_url"].as_str().unwrap_or_default().to_owned(),
+                    r["name"].as_str().unwrap_or_default().to_owned(),
+                ));
+            }
+            match reply.body["next_cursor"].as_str() {
+                Some(next) => cursor = Some(next.to_owned()),
+                None => return Ok(keys),
+            }
+        }
+    }
+
+    /// `reply` if it succeeded; otherwise an error with the problem's detail.
+    pub fn expect_ok(&self, reply: Reply) -> anyhow::Result<Reply> {
+        if (200..300).contains(&reply.status) {
+            return Ok(reply);
+        }
+        let detail = reply.body["detail"]
+            .as_str()
+            .unwrap_or("no detail")
+            .to_owned();
+        bail!("HTTP {}: {detail}", reply.status)
+    }
+
+    pub async fn close(self) {
+        if let Target::Database {
+            store, follower, ..
+        } = self
+        {
+            follower.abort();
+            store.close().await;
+        }
+    }
+}

@@ -1,0 +1,377 @@
+//! The `vxds` command line, run as a real process: offline validation, apply / export / resolve
+//! straight on each store backend and against a running `vxds serve`.
+
+#![allow(clippy::unwrap_used)] // tests fail loudly on purpose
+
+use std::io::{BufRead, BufReader};
+use std::path::{Path, PathBuf};
+use std::process::{Child, Command, Output, Stdio};
+use std::time::{Duration, Instant};
+
+use vxds_testkit::{TestDb, on_both_backends};
+
+fn vxds() -> Command {
+    let mut command = Command::new(env!("CARGO_BIN_EXE_vxds"));
+    for var in [
+        "VXDS_SERVER",
+        "VXDS_TOKEN",
+        "VXDS_DATABASE_URL",
+        "VXDS_ADMIN_ADDR",
+        "VXDS_ADMIN_TOKEN_FILE",
+    ] {
+        command.env_remove(var);
+    }
+    command
+}
+
+fn fixtures() -> PathBuf {
+    Path::new(env!("CARGO_MANIFEST_DIR")).join("../../fixtures")
+}
+
+fn run(args: &[&str]) -> Output {
+    vxds().args(args).output().unwrap()
+}
+
+fn stdout(output: &Output) -> String {
+    String::from_utf8_lossy(&output.stdout).into_owned()
+}
+
+fn stderr(output: &Output) -> String {
+    String::from_utf8_lossy(&output.stderr).into_owned()
+}
+
+#[test]
+fn the_shipped_fixtures_validate_offline() {
+    let fixtures = fixtures();
+    let output = run(&["validate", "-f", fixtures.to_str().unwrap()]);
+    assert!(output.status.success(), "{}", stderr(&output));
+    assert_eq!(
+        stdout(&output),
+        "ok: 6 resources in 4 files pass every rule\n"
+    );
+}
+
+#[test]
+fn validation_errors_name_the_file_document_and_field() {
+    let dir = tempfile::tempdir().unwrap();
+    std::fs::write(
+        dir.path().join("routes.yaml"),
+        r#"type: route
+name: ok
+variants:
+  - resource: {"@type": type.googleapis.com/envoy.config.route.v3.RouteConfiguration, name: ok}
+---
+type: route
+name: overlap
+variants:
+  - constraints: env in (prod, test)
+    resource: {"@type": type.googleapis.com/envoy.config.route.v3.RouteConfiguration, name: overlap}
+  - constraints: env in (qa, test)
+    resource: {"@type": type.googleapis.com/envoy.config.route.v3.RouteConfiguration, name: overlap}
+"#,
+    )
+    .unwrap();
+    std::fs::write(
+        dir.path().join("clusters.json"),
+        r#"[{"type": "cluster", "name": "a", "variants": [{"resource": {"@type": "type.googleapis.com/envoy.config.cluster.v3.Cluster", "name": "a",
+             "cluster_type": {"name": "envoy.clusters.aggregate", "typed_config": {"@type": "type.googleapis.com/envoy.extensions.clusters.aggregate.v3.ClusterConfig", "clusters": ["a"]}}}}]}]"#,
+    )
+    .unwrap();
+    let output = run(&["validate", "-f", dir.path().to_str().unwrap()]);
+    assert_eq!(output.status.code(), Some(1), "{}", stdout(&output));
+    let errors = stderr(&output);
+    assert!(errors.contains("routes.yaml (document 2) /variants/1/constraints: variants 0 and 1 overlap: both match {env=test} [overlapping_variants] (witness: {env=test})"), "{errors}");
+    assert!(
+        errors.contains(
+            "clusters.json (document 1): aggregate clusters form a cycle: a → a [aggregate_cycle]"
+        ),
+        "{errors}"
+    );
+
+    std::fs::write(
+        dir.path().join("broken.yaml"),
+        "type: route\nname: x\nvariants: 3\n",
+    )
+    .unwrap();
+    let output = run(&[
+        "validate",
+        "-f",
+        dir.path().join("broken.yaml").to_str().unwrap(),
+    ]);
+    assert_eq!(output.status.code(), Some(2));
+    assert!(
+        stderr(&output).contains("broken.yaml (document 1) /variants: invalid type"),
+        "{}",
+        stderr(&output)
+    );
+}
+
+on_both_backends!(
+    apply_export_and_resolve_straight_on_the_database,
+    prune_deletes_what_the_fixtures_omit
+);
+
+async fn apply_export_and_resolve_straight_on_the_database(db: TestDb) {
+    let url = db.url.clone();
+    let fixtures = fixtures();
+    let applied = run(&[
+        "apply",
+        "-f",
+        fixtures.to_str().unwrap(),
+        "--database-url",
+        &url,
+        "-m",
+        "first",
+    ]);
+    assert!(applied.status.success(), "{}", stderr(&applied));
+    assert!(
+        stdout(&applied).starts_with("revision 1: 6 changes\n"),
+        "{}",
+        stdout(&applied)
+    );
+    assert!(stdout(&applied).contains("created  route      local_route"));
+
+    let resolved = run(&[
+        "resolve",
+        "route",
+        "local_route",
+        "env=prod",
+        "version=v1",
+        "--database-url",
+        &url,
+    ]);
+    assert!(resolved.status.success(), "{}", stderr(&resolved));
+    let text = stdout(&resolved);
+    assert!(text.contains("matches env=prod, version=v1"), "{text}");
+    assert!(text.contains("value: prod-v1"), "{text}");
+    let none = run(&["resolve", "route", "ghost", "--database-url", &url]);
+    assert_eq!(none.status.code(), Some(1));
+
+    let dir = tempfile::tempdir().unwrap();
+    let export = dir.path().join("export.yaml");
+    let exported = run(&[
+        "export",
+        "--database-url",
+        &url,
+        "-o",
+        export.to_str().unwrap(),
+    ]);
+    assert!(exported.status.success(), "{}", stderr(&exported));
+    // The round trip: applying the export changes nothing.
+    let again = run(&[
+        "apply",
+        "-f",
+        export.to_str().unwrap(),
+        "--database-url",
+        &url,
+    ]);
+    assert_eq!(
+        stdout(&again),
+        "no changes; the store stays at revision 1\n",
+        "{}",
+        stderr(&again)
+    );
+    // Neither do the original fixtures; a dry run of an edit writes nothing.
+    let dry = run(&[
+        "apply",
+        "-f",
+        fixtures.to_str().unwrap(),
+        "--database-url",
+        &url,
+        "--dry-run",
+    ]);
+    assert!(stdout(&dry).contains("no changes"), "{}", stdout(&dry));
+}
+
+async fn prune_deletes_what_the_fixtures_omit(db: TestDb) {
+    let url = db.url.clone();
+    let fixtures = fixtures();
+    assert!(
+        run(&[
+            "apply",
+            "-f",
+            fixtures.to_str().unwrap(),
+            "--database-url",
+            &url
+        ])
+        .status
+        .success()
+    );
+    let only_routes = fixtures.join("routes.yaml");
+    let pruned = run(&[
+        "apply",
+        "-f",
+        only_routes.to_str().unwrap(),
+        "--database-url",
+        &url,
+        "--prune",
+    ]);
+    assert!(pruned.status.success(), "{}", stderr(&pruned));
+    let text = stdout(&pruned);
+    assert!(text.starts_with("revision 2: 5 changes"), "{text}");
+    assert_eq!(text.matches("deleted").count(), 5);
+    let export = run(&["export", "--database-url", &url]);
+    assert_eq!(
+        stdout(&export).matches("\ntype: ").count()
+            + usize::from(stdout(&export).starts_with("type:")),
+        1
+    );
+}
+
+/// A `vxds serve` process on an ephemeral port.
+struct Server {
+    child: Child,
+    base: String,
+    _dir: tempfile::TempDir,
+}
+
+impl Server {
+    fn start(extra: &[&str]) -> Server {
+        let dir = tempfile::tempdir().unwrap();
+        let db = format!("sqlite://{}", dir.path().join("vxds.db").display());
+        let mut child = vxds()
+            .args([
+                "serve",
+                "--admin-addr",
+                "127.0.0.1:0",
+                "--database-url",
+                &db,
+            ])
+            .args(extra)
+            .env("RUST_LOG", "info")
+            .stderr(Stdio::piped())
+            .spawn()
+            .unwrap();
+        let stderr = child.stderr.take().unwrap();
+        let mut lines = BufReader::new(stderr).lines();
+        let deadline = Instant::now() + Duration::from_secs(30);
+        let base = loop {
+            assert!(Instant::now() < deadline, "vxds serve did not start");
+            let line = lines.next().expect("vxds serve exited early").unwrap();
+            if let Some(addr) = line
+                .split("addr=")
+                .nth(1)
+                .filter(|_| line.contains("admin API listening"))
+            {
+                break format!("http://{}", addr.trim());
+            }
+        };
+        // Keep draining the log so the server never blocks on a full pipe.
+        std::thread::spawn(move || lines.for_each(drop));
+        Server {
+            child,
+            base,
+            _dir: dir,
+        }
+    }
+}
+
+impl Drop for Server {
+    fn drop(&mut self) {
+        let _ = self.child.kill();
+        let _ = self.child.wait();
+    }
+}
+
+#[test]
+fn apply_and_resolve_against_a_running_server_with_tokens() {
+    let dir = tempfile::tempdir().unwrap();
+    let tokens = dir.path().join("tokens");
+    std::fs::write(
+        &tokens,
+        "write ci-write-token-0123456789 ci\nread ci-read-token-0123456789\n",
+    )
+    .unwrap();
+    let server = Server::start(&["--admin-token-file", tokens.to_str().unwrap()]);
+    let fixtures = fixtures();
+    let f = fixtures.to_str().unwrap();
+
+    let anonymous = run(&["apply", "-f", f, "--server", &server.base]);
+    assert_eq!(anonymous.status.code(), Some(2), "{}", stderr(&anonymous));
+    assert!(
+        stderr(&anonymous).contains("HTTP 401"),
+        "{}",
+        stderr(&anonymous)
+    );
+    let reader = run(&[
+        "apply",
+        "-f",
+        f,
+        "--server",
+        &server.base,
+        "--token",
+        "ci-read-token-0123456789",
+    ]);
+    assert!(stderr(&reader).contains("HTTP 403"), "{}", stderr(&reader));
+
+    let applied = run(&[
+        "apply",
+        "-f",
+        f,
+        "--server",
+        &server.base,
+        "--token",
+        "ci-write-token-0123456789",
+    ]);
+    assert!(applied.status.success(), "{}", stderr(&applied));
+    assert!(stdout(&applied).starts_with("revision 1: 6 changes"));
+    let resolved = vxds()
+        .args([
+            "resolve",
+            "route",
+            "local_route",
+            "env=canary",
+            "version=v1",
+            "--json",
+            "--server",
+            &server.base,
+        ])
+        .env("VXDS_TOKEN", "ci-read-token-0123456789")
+        .output()
+        .unwrap();
+    assert!(resolved.status.success(), "{}", stderr(&resolved));
+    let answer: serde_json::Value = serde_json::from_slice(&resolved.stdout).unwrap();
+    assert_eq!(
+        answer["variant"]["constraints_text"],
+        r#"env != "prod" && version = "v1""#
+    );
+}
+
+#[test]
+fn serve_refuses_an_open_admin_address_without_tokens() {
+    let output = run(&[
+        "serve",
+        "--admin-addr",
+        "0.0.0.0:0",
+        "--database-url",
+        "sqlite::memory:",
+    ]);
+    assert_eq!(output.status.code(), Some(2));
+    assert!(
+        stderr(&output).contains("refusing to serve the admin API on 0.0.0.0:0 without tokens"),
+        "{}",
+        stderr(&output)
+    );
+}
+
+#[test]
+fn serve_stops_gracefully_on_sigterm() {
+    let mut server = Server::start(&[]);
+    let pid = server.child.id().to_string();
+    assert!(
+        Command::new("kill")
+            .args(["-TERM", &pid])
+            .status()
+            .unwrap()
+            .success()
+    );
+    let deadline = Instant::now() + Duration::from_secs(10);
+    loop {
+        if let Some(status) = server.child.try_wait().unwrap() {
+            assert!(status.success(), "{status}");
+            break;
+        }
+        assert!(Instant::now() < deadline, "vxds serve ignored SIGTERM");
+        std::thread::sleep(Duration::from_millis(50));
+    }
+}
