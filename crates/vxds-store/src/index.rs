@@ -37,6 +37,8 @@ pub struct IndexedVariant {
     pub constraints: CanonicalConstraints,
     /// The constraints as sent in `Resource.resource_name`; `None` when unconstrained.
     pub constraints_proto: Option<DynamicParameterConstraints>,
+    /// The same, encoded once for every response that carries them.
+    pub constraints_bytes: Option<Bytes>,
     /// The encoded `google.protobuf.Any`.
     pub body: Bytes,
     /// Content hash: the per-resource version clients see.
@@ -65,12 +67,19 @@ impl IndexedResource {
         let variants = stored
             .variants
             .into_iter()
-            .map(|v| IndexedVariant {
-                id: v.id,
-                constraints_proto: constraints_to_proto(v.constraints.constraints()),
-                constraints: v.constraints,
-                body: Bytes::from(v.body),
-                version: v.version,
+            .map(|v| {
+                let constraints_proto = constraints_to_proto(v.constraints.constraints());
+                let constraints_bytes = constraints_proto
+                    .as_ref()
+                    .map(|c| Bytes::from(prost::Message::encode_to_vec(c)));
+                IndexedVariant {
+                    id: v.id,
+                    constraints_proto,
+                    constraints_bytes,
+                    constraints: v.constraints,
+                    body: Bytes::from(v.body),
+                    version: v.version,
+                }
             })
             .collect();
         Self {
@@ -92,6 +101,8 @@ impl IndexedResource {
 #[derive(Clone, Debug)]
 pub struct RevisionChanges {
     pub revision: u64,
+    /// When it was committed (Unix milliseconds), for push-latency metrics.
+    pub committed_at_ms: i64,
     pub changed: Arc<[ResourceKey]>,
 }
 
@@ -170,8 +181,17 @@ impl Snapshot {
         self.history.iter().filter(move |h| h.revision > revision)
     }
 
-    /// The next snapshot: this one with `batch` applied.
-    fn apply(&self, batch: ChangeBatch) -> Snapshot {
+    /// When the newest revision in this snapshot was committed, if it is remembered.
+    pub fn committed_at_ms(&self) -> Option<i64> {
+        self.history
+            .back()
+            .filter(|h| h.revision == self.revision)
+            .map(|h| h.committed_at_ms)
+    }
+
+    /// The next snapshot: this one with `batch` applied. The index writer builds every
+    /// snapshot this way; tests and offline tools may too.
+    pub fn apply(&self, batch: ChangeBatch) -> Snapshot {
         let mut next = self.clone();
         for key in batch.deleted {
             next.resources.remove(&key);
@@ -181,10 +201,11 @@ impl Snapshot {
             next.resources
                 .insert(key, Arc::new(IndexedResource::from_stored(stored)));
         }
-        for (revision, changed) in batch.revisions {
+        for change in batch.revisions {
             next.history.push_back(RevisionChanges {
-                revision,
-                changed: changed.into(),
+                revision: change.revision,
+                committed_at_ms: change.committed_at_ms,
+                changed: change.changed.into(),
             });
             if next.history.len() > HISTORY {
                 next.history.pop_front();

@@ -116,13 +116,53 @@ pub struct ListPage {
     pub next: Option<ResourceKey>,
 }
 
+/// One revision in the change feed.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct RevisionChangeList {
+    pub revision: u64,
+    pub committed_at_ms: i64,
+    pub changed: Vec<ResourceKey>,
+}
+
+impl StoredResource {
+    /// A resource as the store would hold it after committing `resource` at `revision`
+    /// (timestamps `now_ms`): for building snapshots without a database.
+    pub fn from_validated(
+        key: ResourceKey,
+        resource: &vxds_envoy::changeset::ValidatedResource,
+        revision: u64,
+        now_ms: i64,
+    ) -> Self {
+        Self {
+            key,
+            version: resource.version.clone(),
+            revision,
+            created_revision: revision,
+            created_at_ms: now_ms,
+            updated_at_ms: now_ms,
+            variants: resource
+                .variants
+                .iter()
+                .map(|v| StoredVariant {
+                    id: v.constraints.id(),
+                    constraints: v.constraints.clone(),
+                    body: v.body.any_bytes.clone(),
+                    version: v.version.clone(),
+                    created_at_ms: now_ms,
+                    updated_at_ms: now_ms,
+                })
+                .collect(),
+        }
+    }
+}
+
 /// Everything committed after a revision, read from one consistent snapshot.
 #[derive(Clone, Debug, PartialEq, Eq)]
 pub struct ChangeBatch {
     /// The snapshot's head revision: the state below is exactly this revision's.
     pub revision: u64,
     /// Each revision after the one asked for, with the resources it changed.
-    pub revisions: Vec<(u64, Vec<ResourceKey>)>,
+    pub revisions: Vec<RevisionChangeList>,
     /// The current state of every changed resource that still exists (all resources when
     /// asked for everything after revision 0).
     pub resources: Vec<StoredResource>,

@@ -15,7 +15,7 @@ use super::{Backend, Store};
 use crate::error::StoreError;
 use crate::model::{
     Change, ChangeBatch, ChangeKind, ListPage, ListQuery, ResourceSummary, Revision,
-    StoredResource, StoredVariant,
+    RevisionChangeList, StoredResource, StoredVariant,
 };
 
 /// Stored constraints were validated on write; reading them back must not fail because a
@@ -206,22 +206,27 @@ impl Store {
             });
         }
         let rows = sqlx::query(
-            "SELECT revision, type_url, name FROM vxds_revision_changes \
-             WHERE revision > $1 ORDER BY revision, type_url, name",
+            "SELECT c.revision, r.created_at_ms, c.type_url, c.name \
+             FROM vxds_revision_changes c JOIN vxds_revisions r ON r.revision = c.revision \
+             WHERE c.revision > $1 ORDER BY c.revision, c.type_url, c.name",
         )
         .bind(revision as i64)
         .fetch_all(&mut *tx)
         .await?;
-        let mut revisions: Vec<(u64, Vec<ResourceKey>)> = Vec::new();
+        let mut revisions: Vec<RevisionChangeList> = Vec::new();
         for row in rows {
             let n = row.try_get::<i64, _>(0)? as u64;
             let key = ResourceKey {
-                type_url: row.try_get(1)?,
-                name: row.try_get(2)?,
+                type_url: row.try_get(2)?,
+                name: row.try_get(3)?,
             };
             match revisions.last_mut() {
-                Some((last, keys)) if *last == n => keys.push(key),
-                _ => revisions.push((n, vec![key])),
+                Some(last) if last.revision == n => last.changed.push(key),
+                _ => revisions.push(RevisionChangeList {
+                    revision: n,
+                    committed_at_ms: row.try_get(1)?,
+                    changed: vec![key],
+                }),
             }
         }
         // Everything at 0; otherwise the resources the revisions touched.
@@ -263,7 +268,7 @@ impl Store {
                 resource.variants.push(variant_from_row(row)?);
             }
         }
-        let touched: BTreeSet<&ResourceKey> = revisions.iter().flat_map(|(_, keys)| keys).collect();
+        let touched: BTreeSet<&ResourceKey> = revisions.iter().flat_map(|r| &r.changed).collect();
         let deleted = touched
             .into_iter()
             .filter(|k| !resources.contains_key(*k))
