@@ -1,0 +1,187 @@
+//! CSDS (`envoy.service.status.v3.ClientStatusDiscoveryService`): what the server knows of
+//! each connected client — what it sent, what the client acknowledged or refused and why —
+//! the same data as `GET /v1/clients`, in Envoy's own form.
+
+use std::collections::BTreeMap;
+use std::sync::Arc;
+
+use prost::Message;
+use time::OffsetDateTime;
+use time::format_description::well_known::Rfc3339;
+use tokio::sync::mpsc;
+use tokio_stream::wrappers::ReceiverStream;
+use tonic::{Request, Response, Status, Streaming};
+use vxds_envoy::pb::envoy::admin::v3::{ClientResourceStatus, UpdateFailureState};
+use vxds_envoy::pb::envoy::config::core::v3::Node;
+use vxds_envoy::pb::envoy::service::status::v3::client_status_discovery_service_server::ClientStatusDiscoveryService;
+use vxds_envoy::pb::envoy::service::status::v3::{
+    ClientConfig, ClientStatusRequest, ClientStatusResponse, ConfigStatus,
+    client_config::GenericXdsConfig,
+};
+use vxds_envoy::pb::envoy::r#type::matcher::v3::StringMatcher;
+use vxds_envoy::pb::envoy::r#type::matcher::v3::string_matcher::MatchPattern;
+use vxds_envoy::pb::google::protobuf::{Any, Timestamp};
+
+use crate::registry::Registry;
+use crate::status::{ClientStatus, TypeStatus};
+
+#[derive(Debug)]
+pub struct Csds {
+    registry: Arc<Registry>,
+}
+
+impl Csds {
+    pub fn new(registry: Arc<Registry>) -> Self {
+        Self { registry }
+    }
+
+    fn respond(&self, request: &ClientStatusRequest) -> Result<ClientStatusResponse, Status> {
+        let matchers: Vec<&StringMatcher> = request
+            .node_matchers
+            .iter()
+            .map(|m| {
+                if !m.node_metadatas.is_empty() {
+                    return Err(Status::unimplemented(
+                        "node metadata matchers are not supported; match on node_id",
+                    ));
+                }
+                Ok(m.node_id.as_ref())
+            })
+            .collect::<Result<Vec<_>, _>>()?
+            .into_iter()
+            .flatten()
+            .collect();
+        let mut by_node: BTreeMap<String, (ClientStatus, Vec<GenericXdsConfig>)> = BTreeMap::new();
+        for client in self.registry.clients() {
+            let mut wanted = true;
+            for matcher in &matchers {
+                wanted &= string_matches(matcher, &client.node_id)?;
+            }
+            if !wanted {
+                continue;
+            }
+            let configs: Vec<GenericXdsConfig> = client
+                .types
+                .iter()
+                .flat_map(|t| generic_configs(t, request.exclude_resource_contents))
+                .collect();
+            by_node
+                .entry(client.node_id.clone())
+                .or_insert_with(|| (client.clone(), Vec::new()))
+                .1
+                .extend(configs);
+        }
+        let config = by_node
+            .into_values()
+            .map(|(client, generic_xds_configs)| ClientConfig {
+                node: Some(Node {
+                    id: client.node_id,
+                    cluster: client.node_cluster,
+                    ..Default::default()
+                }),
+                generic_xds_configs,
+                ..Default::default()
+            })
+            .collect();
+        Ok(ClientStatusResponse { config })
+    }
+}
+
+fn string_matches(matcher: &StringMatcher, value: &str) -> Result<bool, Status> {
+    let fold = |s: &str| {
+        if matcher.ignore_case {
+            s.to_lowercase()
+        } else {
+            s.to_owned()
+        }
+    };
+    let value = fold(value);
+    match &matcher.match_pattern {
+        Some(MatchPattern::Exact(s)) => Ok(value == fold(s)),
+        Some(MatchPattern::Prefix(s)) => Ok(value.starts_with(&fold(s))),
+        Some(MatchPattern::Suffix(s)) => Ok(value.ends_with(&fold(s))),
+        Some(MatchPattern::Contains(s)) => Ok(value.contains(&fold(s))),
+        None => Ok(true),
+        Some(_) => Err(Status::unimplemented(
+            "node_id matchers support exact, prefix, suffix and contains",
+        )),
+    }
+}
+
+fn timestamp(rfc3339: &str) -> Option<Timestamp> {
+    let t = OffsetDateTime::parse(rfc3339, &Rfc3339).ok()?;
+    Some(Timestamp {
+        seconds: t.unix_timestamp(),
+        nanos: t.nanosecond() as i32,
+    })
+}
+
+fn generic_configs(ty: &TypeStatus, exclude_contents: bool) -> Vec<GenericXdsConfig> {
+    let (config_status, client_status) = if ty.in_error() {
+        (ConfigStatus::Error, ClientResourceStatus::Nacked)
+    } else if ty.synced() {
+        (ConfigStatus::Synced, ClientResourceStatus::Acked)
+    } else {
+        (ConfigStatus::Stale, ClientResourceStatus::Requested)
+    };
+    let error_state =
+        ty.last_nacked
+            .as_ref()
+            .filter(|_| ty.in_error())
+            .map(|n| UpdateFailureState {
+                details: n.message.clone(),
+                version_info: n.version.clone(),
+                last_update_attempt: timestamp(&n.at),
+                ..Default::default()
+            });
+    let last_updated = ty.last_sent.as_ref().and_then(|s| timestamp(&s.at));
+    ty.resources
+        .iter()
+        .map(|r| GenericXdsConfig {
+            type_url: ty.type_url.clone(),
+            name: r.name.clone(),
+            version_info: r.version.clone(),
+            xds_config: if exclude_contents {
+                None
+            } else {
+                r.body.as_ref().and_then(|b| Any::decode(b.clone()).ok())
+            },
+            last_updated,
+            config_status: config_status as i32,
+            client_status: client_status as i32,
+            error_state: error_state.clone(),
+            is_static_resource: false,
+        })
+        .collect()
+}
+
+#[tonic::async_trait]
+impl ClientStatusDiscoveryService for Csds {
+    type StreamClientStatusStream = ReceiverStream<Result<ClientStatusResponse, Status>>;
+
+    async fn stream_client_status(
+        &self,
+        request: Request<Streaming<ClientStatusRequest>>,
+    ) -> Result<Response<Self::StreamClientStatusStream>, Status> {
+        let mut requests = request.into_inner();
+        let (tx, rx) = mpsc::channel(4);
+        let csds = Csds {
+            registry: self.registry.clone(),
+        };
+        tokio::spawn(async move {
+            while let Ok(Some(request)) = requests.message().await {
+                if tx.send(csds.respond(&request)).await.is_err() {
+                    return;
+                }
+            }
+        });
+        Ok(Response::new(ReceiverStream::new(rx)))
+    }
+
+    async fn fetch_client_status(
+        &self,
+        request: Request<ClientStatusRequest>,
+    ) -> Result<Response<ClientStatusResponse>, Status> {
+        self.respond(&request.into_inner()).map(Response::new)
+    }
+}

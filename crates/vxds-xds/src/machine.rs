@@ -1,0 +1,553 @@
+//! One xDS stream's state machine, for SotW and Delta alike, for ADS and every per-type
+//! service: requests and changed resources go in, responses come out. No sockets, no async:
+//! the service ([`crate::service`]) drives it, and tests drive it directly.
+//!
+//! The protocol rules it keeps (Envoy's `xds_protocol`, TP1, TP2, A74):
+//! - a unique nonce per response; the node is remembered from the first request;
+//! - SotW: requests with a stale nonce are ignored; an ACK stops re-sending; a NACK is recorded
+//!   and the refused version is not sent again (the next change is); newly added names are
+//!   answered even when nothing changed; responses carry the whole subscribed state;
+//! - Delta: subscription changes count even with a stale nonce; `initial_resource_versions`
+//!   spares re-sending what the client has; versions are content hashes; what is subscribed but
+//!   does not exist is reported in `removed_resources` (or `removed_resource_names`);
+//! - parameters come from the locator, else `node.dynamic_parameters[type_url]`, else the node
+//!   metadata fields configured; each subscription gets the one matching variant; locator
+//!   subscriptions get it wrapped with its constraints, and a variant replaced by another is
+//!   removed and added in one response;
+//! - every poll works from one snapshot; additions and updates go out in make-before-break
+//!   order (clusters, endpoints, listeners, routes); removals only once every response in
+//!   flight has been answered, in the reverse order.
+
+#[cfg(test)]
+mod tests;
+mod type_state;
+
+use std::collections::BTreeMap;
+use std::sync::{Arc, Mutex};
+
+use time::OffsetDateTime;
+use time::format_description::well_known::Rfc3339;
+use tonic::Status;
+use vxds_envoy::changeset::ResourceKey;
+use vxds_envoy::pb::envoy::config::core::v3::Node;
+use vxds_envoy::pb::envoy::service::discovery::v3::{DeltaDiscoveryRequest, DiscoveryRequest};
+use vxds_store::Snapshot;
+
+pub use type_state::Interest;
+use type_state::{Ack, TypeState};
+
+use crate::params::{locator_params, node_params};
+use crate::status::{Acked, ClientStatus, HeldResource, Nacked, SentVersion, TypeStatus};
+use crate::types::{self, ServiceSpec, legacy_wildcard, push_rank};
+use crate::wire::{DeltaResponse, SotwResponse};
+
+/// The client feature that asks for `Resource`-wrapped resources in SotW.
+pub const RESOURCE_IN_SOTW: &str = "xds.config.resource-in-sotw";
+
+/// Limits and options every stream shares.
+#[derive(Clone, Debug)]
+pub struct MachineConfig {
+    /// Node metadata fields that serve as dynamic parameters when the node sends none.
+    pub node_metadata_params: Vec<String>,
+    /// Subscriptions (names, locators and globs, over all types) one stream may hold.
+    pub max_subscriptions: usize,
+    /// Resource types one stream may subscribe to.
+    pub max_types: usize,
+}
+
+impl Default for MachineConfig {
+    fn default() -> Self {
+        Self {
+            node_metadata_params: Vec::new(),
+            max_subscriptions: 100_000,
+            max_types: 64,
+        }
+    }
+}
+
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Protocol {
+    Sotw,
+    Delta,
+}
+
+#[derive(Clone, Debug)]
+pub enum Response {
+    Sotw(SotwResponse),
+    Delta(DeltaResponse),
+}
+
+impl Response {
+    pub fn type_url(&self) -> &str {
+        match self {
+            Response::Sotw(r) => &r.type_url,
+            Response::Delta(r) => &r.type_url,
+        }
+    }
+
+    pub fn nonce(&self) -> &str {
+        match self {
+            Response::Sotw(r) => &r.nonce,
+            Response::Delta(r) => &r.nonce,
+        }
+    }
+}
+
+/// What a request did, for the service: ACKs and NACKs, for the metrics.
+#[derive(Clone, Debug, Default, PartialEq, Eq)]
+pub struct RequestOutcome {
+    pub acks: Vec<String>,
+    pub nacks: Vec<String>,
+    /// The subscriptions changed: the registry needs the new interest.
+    pub interest_changed: bool,
+}
+
+#[derive(Debug)]
+pub struct StreamMachine {
+    protocol: Protocol,
+    service: &'static ServiceSpec,
+    config: Arc<MachineConfig>,
+    node: Option<Node>,
+    wrap_all: bool,
+    types: BTreeMap<String, TypeState>,
+    nonce: u64,
+    status: Arc<Mutex<ClientStatus>>,
+}
+
+fn now() -> String {
+    OffsetDateTime::now_utc()
+        .format(&Rfc3339)
+        .unwrap_or_default()
+}
+
+impl StreamMachine {
+    pub fn new(
+        id: u64,
+        protocol: Protocol,
+        service: &'static ServiceSpec,
+        config: Arc<MachineConfig>,
+    ) -> Self {
+        let status = ClientStatus {
+            stream_id: id,
+            service: service.label,
+            protocol: match protocol {
+                Protocol::Sotw => "sotw",
+                Protocol::Delta => "delta",
+            },
+            connected_at: now(),
+            ..Default::default()
+        };
+        Self {
+            protocol,
+            service,
+            config,
+            node: None,
+            wrap_all: false,
+            types: BTreeMap::new(),
+            nonce: 0,
+            status: Arc::new(Mutex::new(status)),
+        }
+    }
+
+    /// The stream's status, shared with the registry for `/v1/clients` and CSDS.
+    pub fn status(&self) -> Arc<Mutex<ClientStatus>> {
+        self.status.clone()
+    }
+
+    pub fn node(&self) -> Option<&Node> {
+        self.node.as_ref()
+    }
+
+    /// What the stream subscribes to, per type.
+    pub fn interest(&self) -> BTreeMap<String, Interest> {
+        self.types
+            .iter()
+            .map(|(t, s)| (t.clone(), s.interest()))
+            .collect()
+    }
+
+    fn remember_node(&mut self, node: Option<&Node>) {
+        if self.node.is_some() {
+            return;
+        }
+        let Some(node) = node else { return };
+        self.node = Some(node.clone());
+        self.wrap_all = node.client_features.iter().any(|f| f == RESOURCE_IN_SOTW);
+        if let Ok(mut status) = self.status.lock() {
+            status.node_id = node.id.clone();
+            status.node_cluster = node.cluster.clone();
+            status.client_features = node.client_features.clone();
+            status.user_agent = user_agent(node);
+        }
+    }
+
+    fn type_url<'a>(&self, requested: &'a str) -> Result<&'a str, Status> {
+        match self.service.type_url {
+            None if requested.is_empty() => {
+                Err(Status::invalid_argument("type_url is required on ADS"))
+            }
+            None => Ok(requested),
+            Some(fixed) if requested.is_empty() || requested == fixed => Ok(fixed),
+            Some(fixed) => Err(Status::invalid_argument(format!(
+                "this service serves {fixed}, not {requested}"
+            ))),
+        }
+    }
+
+    fn type_state(&mut self, type_url: &str) -> Result<&mut TypeState, Status> {
+        if !self.types.contains_key(type_url) {
+            if self.types.len() >= self.config.max_types {
+                return Err(Status::resource_exhausted(format!(
+                    "a stream may subscribe to at most {} resource types",
+                    self.config.max_types
+                )));
+            }
+            let params = node_params(
+                self.node.as_ref(),
+                type_url,
+                &self.config.node_metadata_params,
+            );
+            self.types.insert(
+                type_url.to_owned(),
+                TypeState::new(type_url.to_owned(), params),
+            );
+        }
+        Ok(self.types.get_mut(type_url).expect("just inserted"))
+    }
+
+    fn check_limits(&self) -> Result<(), Status> {
+        let count: usize = self.types.values().map(TypeState::subscription_count).sum();
+        if count > self.config.max_subscriptions {
+            return Err(Status::resource_exhausted(format!(
+                "the stream subscribes to {count} resources; the limit is {}",
+                self.config.max_subscriptions
+            )));
+        }
+        Ok(())
+    }
+
+    /// A SotW request.
+    pub fn on_sotw_request(&mut self, request: DiscoveryRequest) -> Result<RequestOutcome, Status> {
+        self.remember_node(request.node.as_ref());
+        let type_url = self.type_url(&request.type_url)?.to_owned();
+        let mut outcome = RequestOutcome::default();
+        let status = self.status.clone();
+        let ty = self.type_state(&type_url)?;
+        if !request.response_nonce.is_empty() {
+            // Not the latest response's nonce: a later response superseded what this request
+            // answers, so it is stale and ignored. (A nonce on a stream that has sent nothing
+            // yet is a client reconnecting; it counts.)
+            if ty
+                .last_nonce
+                .as_deref()
+                .is_some_and(|last| last != request.response_nonce)
+            {
+                return Ok(outcome);
+            }
+            if let Some(ack) = ty.answer(
+                &request.response_nonce,
+                error_message(&request.error_detail),
+                &request.version_info,
+            ) {
+                record_ack(
+                    &mut outcome,
+                    &type_url,
+                    ack,
+                    &request.response_nonce,
+                    &status,
+                );
+            }
+        }
+        let locators: Vec<(String, vxds_core::ParamSet)> = request
+            .resource_locators
+            .iter()
+            .map(|l| (l.name.clone(), locator_params(&l.dynamic_parameters)))
+            .collect();
+        let first = !ty.seen_request;
+        ty.seen_request = true;
+        let names_empty = request.resource_names.is_empty() && locators.is_empty();
+        if first {
+            ty.set_legacy_wildcard(names_empty && legacy_wildcard(&type_url));
+            ty.force_send = true;
+        } else if !names_empty {
+            ty.set_legacy_wildcard(false);
+        }
+        ty.set_explicit_wildcard(request.resource_names.iter().any(|n| n == "*"));
+        let changed = ty.replace_subscriptions(&request.resource_names, &locators);
+        if changed {
+            ty.force_send = true;
+            outcome.interest_changed = true;
+        }
+        outcome.interest_changed |= first;
+        self.check_limits()?;
+        self.refresh_status(&type_url, true);
+        Ok(outcome)
+    }
+
+    /// A Delta request.
+    pub fn on_delta_request(
+        &mut self,
+        request: DeltaDiscoveryRequest,
+    ) -> Result<RequestOutcome, Status> {
+        self.remember_node(request.node.as_ref());
+        let type_url = self.type_url(&request.type_url)?.to_owned();
+        let mut outcome = RequestOutcome::default();
+        let status = self.status.clone();
+        let ty = self.type_state(&type_url)?;
+        if !request.response_nonce.is_empty()
+            && let Some(ack) = ty.answer(
+                &request.response_nonce,
+                error_message(&request.error_detail),
+                "",
+            )
+        {
+            record_ack(
+                &mut outcome,
+                &type_url,
+                ack,
+                &request.response_nonce,
+                &status,
+            );
+        }
+        // Subscription changes count whatever the nonce.
+        let first = !ty.seen_request;
+        ty.seen_request = true;
+        if first {
+            for (name, version) in &request.initial_resource_versions {
+                ty.client_has(name, version);
+            }
+            let nothing = request.resource_names_subscribe.is_empty()
+                && request.resource_locators_subscribe.is_empty();
+            ty.set_legacy_wildcard(nothing && legacy_wildcard(&type_url));
+        }
+        let subscribes_names = !request.resource_names_subscribe.is_empty()
+            || !request.resource_locators_subscribe.is_empty();
+        if !first && subscribes_names {
+            ty.set_legacy_wildcard(false);
+        }
+        for name in &request.resource_names_subscribe {
+            if name == "*" {
+                ty.set_explicit_wildcard(true);
+            } else {
+                ty.subscribe(name, None);
+            }
+        }
+        for locator in &request.resource_locators_subscribe {
+            ty.subscribe(
+                &locator.name,
+                Some(locator_params(&locator.dynamic_parameters)),
+            );
+        }
+        for name in &request.resource_names_unsubscribe {
+            if name == "*" {
+                ty.set_explicit_wildcard(false);
+                ty.set_legacy_wildcard(false);
+            } else {
+                ty.unsubscribe(name, None);
+            }
+        }
+        for locator in &request.resource_locators_unsubscribe {
+            ty.unsubscribe(
+                &locator.name,
+                Some(locator_params(&locator.dynamic_parameters)),
+            );
+        }
+        outcome.interest_changed = true;
+        self.check_limits()?;
+        self.refresh_status(&type_url, true);
+        Ok(outcome)
+    }
+
+    /// These resources changed (the registry says they concern this stream).
+    pub fn on_changes<'a>(&mut self, changed: impl IntoIterator<Item = &'a ResourceKey>) {
+        for key in changed {
+            if let Some(ty) = self.types.get_mut(&key.type_url) {
+                ty.resource_changed(&key.name);
+            }
+        }
+    }
+
+    /// Everything may have changed (the change history did not reach back far enough).
+    pub fn on_everything_changed(&mut self) {
+        self.types
+            .values_mut()
+            .for_each(TypeState::everything_changed);
+    }
+
+    fn next_nonce(&mut self) -> String {
+        self.nonce += 1;
+        self.nonce.to_string()
+    }
+
+    /// The responses to send now, all computed from `snapshot`.
+    pub fn poll(&mut self, snapshot: &Snapshot) -> Vec<Response> {
+        for ty in self.types.values_mut() {
+            ty.refresh(snapshot);
+        }
+        let mut order: Vec<String> = self.types.keys().cloned().collect();
+        order.sort_by_key(|t| (push_rank(t), t.clone()));
+        let in_flight = self.types.values().any(TypeState::in_flight);
+        let system_version = snapshot.revision.to_string();
+        let mut responses = Vec::new();
+
+        // Make: additions and updates, in make-before-break order.
+        for type_url in &order {
+            let nonce = format!("{}", self.nonce + 1);
+            let wrap_all = self.wrap_all;
+            let ty = self.types.get_mut(type_url).expect("listed above");
+            let response = match self.protocol {
+                Protocol::Sotw => ty.sotw_make(&nonce, wrap_all).map(Response::Sotw),
+                Protocol::Delta => ty.delta_make(&nonce, &system_version).map(Response::Delta),
+            };
+            if let Some(response) = response {
+                self.next_nonce();
+                responses.push(response);
+            }
+        }
+        // Break: removals, once the client has answered everything — so that nothing it still
+        // uses (a cluster an unacknowledged route refers to) disappears under it.
+        if responses.is_empty() && !in_flight {
+            for type_url in order.iter().rev() {
+                let nonce = format!("{}", self.nonce + 1);
+                let wrap_all = self.wrap_all;
+                let ty = self.types.get_mut(type_url).expect("listed above");
+                let response = match self.protocol {
+                    Protocol::Sotw => ty.sotw_break(&nonce, wrap_all).map(Response::Sotw),
+                    Protocol::Delta => ty.delta_break(&nonce, &system_version).map(Response::Delta),
+                };
+                if let Some(response) = response {
+                    self.next_nonce();
+                    responses.push(response);
+                }
+            }
+        }
+        for response in &responses {
+            self.record_sent(response);
+        }
+        responses
+    }
+
+    fn record_sent(&mut self, response: &Response) {
+        let type_url = response.type_url().to_owned();
+        let version = match response {
+            Response::Sotw(r) => r.version_info.clone(),
+            Response::Delta(r) => r.system_version_info.clone(),
+        };
+        if let Ok(mut status) = self.status.lock() {
+            let entry = type_entry(&mut status, &type_url);
+            entry.last_sent = Some(SentVersion {
+                version,
+                nonce: response.nonce().to_owned(),
+                at: now(),
+            });
+        }
+        self.refresh_status(&type_url, false);
+    }
+
+    /// Mirrors one type's state into the shared status.
+    fn refresh_status(&self, type_url: &str, subscriptions: bool) {
+        let Some(ty) = self.types.get(type_url) else {
+            return;
+        };
+        let Ok(mut status) = self.status.lock() else {
+            return;
+        };
+        let entry = type_entry(&mut status, type_url);
+        if subscriptions {
+            entry.subscriptions = ty.describe_subscriptions();
+            entry.params = ty.default_params.0.clone();
+        }
+        entry.resources = ty
+            .held()
+            .into_iter()
+            .map(|(name, version, constraints, body)| HeldResource {
+                name,
+                version,
+                constraints,
+                body,
+            })
+            .collect();
+    }
+}
+
+fn type_entry<'a>(status: &'a mut ClientStatus, type_url: &str) -> &'a mut TypeStatus {
+    if let Some(i) = status.types.iter().position(|t| t.type_url == type_url) {
+        return &mut status.types[i];
+    }
+    status.types.push(TypeStatus {
+        type_url: type_url.to_owned(),
+        ..Default::default()
+    });
+    status
+        .types
+        .sort_by_key(|t| (push_rank(&t.type_url), t.type_url.clone()));
+    let i = status
+        .types
+        .iter()
+        .position(|t| t.type_url == type_url)
+        .expect("just inserted");
+    &mut status.types[i]
+}
+
+fn record_ack(
+    outcome: &mut RequestOutcome,
+    type_url: &str,
+    ack: Ack,
+    nonce: &str,
+    status: &Mutex<ClientStatus>,
+) {
+    let Ok(mut status) = status.lock() else {
+        return;
+    };
+    let entry = type_entry(&mut status, type_url);
+    match ack {
+        Ack::Acked { version } => {
+            outcome.acks.push(type_url.to_owned());
+            entry.last_acked = Some(Acked {
+                version,
+                nonce: nonce.to_owned(),
+                at: now(),
+            });
+        }
+        Ack::Nacked { version, message } => {
+            outcome.nacks.push(type_url.to_owned());
+            entry.last_nacked = Some(Nacked {
+                version,
+                nonce: nonce.to_owned(),
+                message,
+                at: now(),
+            });
+        }
+    }
+}
+
+fn error_message(error: &Option<vxds_envoy::pb::google::rpc::Status>) -> Option<String> {
+    error.as_ref().map(|e| {
+        if e.message.is_empty() {
+            format!("code {}", e.code)
+        } else {
+            e.message.clone()
+        }
+    })
+}
+
+fn user_agent(node: &Node) -> String {
+    use vxds_envoy::pb::envoy::config::core::v3::node::UserAgentVersionType;
+    let version = match &node.user_agent_version_type {
+        Some(UserAgentVersionType::UserAgentVersion(v)) => v.clone(),
+        Some(UserAgentVersionType::UserAgentBuildVersion(b)) => b
+            .version
+            .as_ref()
+            .map(|v| format!("{}.{}.{}", v.major_number, v.minor_number, v.patch))
+            .unwrap_or_default(),
+        None => String::new(),
+    };
+    format!("{} {version}", node.user_agent_name)
+        .trim()
+        .to_owned()
+}
+
+/// The type URL of a per-type service, or the one a request names.
+pub fn known_types() -> &'static [&'static str] {
+    &types::PUSH_ORDER
+}

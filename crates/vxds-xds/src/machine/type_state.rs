@@ -1,0 +1,840 @@
+//! One resource type on one stream: what the client subscribed to, what it should have (from a
+//! snapshot), what it has (what was sent), and the responses that close the gap.
+//!
+//! Items are what a client tracks: a resource by name (plain-name, wildcard and glob
+//! subscriptions) or a variant by name and constraints (locator subscriptions, TP2). The
+//! desired state is kept per resource, so a change to one resource costs work for that resource
+//! only. Closing the gap happens in two phases: *make* (additions and updates, and telling the
+//! client what does not exist) and *break* (removals of what the client has), which the machine
+//! only runs once the client has acknowledged everything in flight.
+
+use std::collections::{BTreeMap, BTreeSet};
+use std::sync::Arc;
+
+use bytes::Bytes;
+use vxds_core::xdstp::{SubscriptionName, XdstpUrl};
+use vxds_core::{ConstraintsId, ParamSet};
+use vxds_envoy::resource::content_hash;
+use vxds_store::{IndexedResource, Snapshot};
+
+use crate::wire::{DeltaResponse, Naming, RemovedName, SotwEntry, SotwResponse, Wrapped};
+
+/// What a client tracks.
+#[derive(Clone, Debug, PartialEq, Eq, PartialOrd, Ord, Hash)]
+pub(crate) enum ItemKey {
+    /// A resource by name, as the client spells it.
+    Name(String),
+    /// A variant of a resource subscribed by locator: name and constraints identify it.
+    Variant(String, ConstraintsId),
+}
+
+impl ItemKey {
+    fn name(&self) -> &str {
+        match self {
+            ItemKey::Name(n) | ItemKey::Variant(n, _) => n,
+        }
+    }
+}
+
+/// A subscription that currently matches nothing.
+#[derive(Clone, Debug, PartialEq, Eq, PartialOrd, Ord)]
+pub(crate) enum Missing {
+    Name(String),
+    Locator(String, ParamSet),
+    Glob(String),
+}
+
+#[derive(Clone, Debug)]
+struct Item {
+    resource: Arc<IndexedResource>,
+    variant: usize,
+    /// Named with its constraints (locator subscriptions) or the legacy way.
+    constrained: bool,
+}
+
+impl Item {
+    fn version(&self) -> &str {
+        &self.resource.variants[self.variant].version
+    }
+
+    fn wrapped(&self, name: &str) -> Wrapped {
+        let variant = &self.resource.variants[self.variant];
+        let naming = if self.constrained {
+            Naming::Constrained(variant.constraints_bytes.clone())
+        } else {
+            Naming::Legacy
+        };
+        Wrapped {
+            name: name.to_owned(),
+            naming,
+            version: variant.version.clone(),
+            body: variant.body.clone(),
+        }
+    }
+}
+
+/// What the client has of an item: what was sent, or what it said it had.
+#[derive(Clone, Debug)]
+struct Sent {
+    version: String,
+    /// `None` for what the client reported at connect (`initial_resource_versions`).
+    wrapped: Option<Wrapped>,
+    constraints: Option<Bytes>,
+}
+
+#[derive(Clone, Debug)]
+struct Glob {
+    url: XdstpUrl,
+    params: ParamSet,
+    constrained: bool,
+}
+
+/// What a stream wants of a type, for the registry: which changes concern it.
+#[derive(Clone, Debug, Default, PartialEq, Eq)]
+pub struct Interest {
+    /// Resource names in normal form.
+    pub names: BTreeSet<String>,
+    pub wildcard: bool,
+    /// Glob collections, as normal-form URLs (`xdstp://a/T/path/*?ctx`).
+    pub collections: BTreeSet<String>,
+}
+
+/// The outcome of acknowledging a response.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub(crate) enum Ack {
+    Acked { version: String },
+    Nacked { version: String, message: String },
+}
+
+#[derive(Debug)]
+pub(crate) struct TypeState {
+    pub type_url: String,
+    pub default_params: ParamSet,
+    pub seen_request: bool,
+
+    legacy_wildcard: bool,
+    explicit_wildcard: bool,
+    names: BTreeMap<String, String>,
+    names_by_normal: BTreeMap<String, BTreeSet<String>>,
+    locators: BTreeMap<(String, ParamSet), String>,
+    locators_by_normal: BTreeMap<String, BTreeSet<(String, ParamSet)>>,
+    globs: BTreeMap<String, Glob>,
+
+    desired: BTreeMap<ItemKey, Item>,
+    by_normal: BTreeMap<String, BTreeSet<ItemKey>>,
+    missing: BTreeSet<Missing>,
+    glob_members: BTreeMap<String, BTreeSet<String>>,
+
+    /// Resources (normal names) to look at again; everything when `full_refresh`.
+    stale_normals: BTreeSet<String>,
+    full_refresh: bool,
+    /// Items whose desired state may differ from what the client has.
+    dirty: BTreeSet<ItemKey>,
+    /// SotW: answer even if nothing changed (new subscriptions deserve an answer).
+    pub force_send: bool,
+
+    sent: BTreeMap<ItemKey, Sent>,
+    reported_missing: BTreeSet<Missing>,
+
+    /// SotW: the last response's nonce and version; the version the client refused.
+    pub last_nonce: Option<String>,
+    last_version: Option<String>,
+    nacked_version: Option<String>,
+    /// Responses not yet acknowledged (or refused), by nonce, with their version.
+    outstanding: BTreeMap<String, String>,
+}
+
+impl TypeState {
+    pub fn new(type_url: String, default_params: ParamSet) -> Self {
+        Self {
+            type_url,
+            default_params,
+            seen_request: false,
+            legacy_wildcard: false,
+            explicit_wildcard: false,
+            names: BTreeMap::new(),
+            names_by_normal: BTreeMap::new(),
+            locators: BTreeMap::new(),
+            locators_by_normal: BTreeMap::new(),
+            globs: BTreeMap::new(),
+            desired: BTreeMap::new(),
+            by_normal: BTreeMap::new(),
+            missing: BTreeSet::new(),
+            glob_members: BTreeMap::new(),
+            stale_normals: BTreeSet::new(),
+            full_refresh: true,
+            dirty: BTreeSet::new(),
+            force_send: false,
+            sent: BTreeMap::new(),
+            reported_missing: BTreeSet::new(),
+            last_nonce: None,
+            last_version: None,
+            nacked_version: None,
+            outstanding: BTreeMap::new(),
+        }
+    }
+
+    // ---- subscriptions -------------------------------------------------------------------
+
+    pub fn subscription_count(&self) -> usize {
+        self.names.len() + self.locators.len() + self.globs.len()
+    }
+
+    pub fn wildcard(&self) -> bool {
+        self.legacy_wildcard || self.explicit_wildcard
+    }
+
+    pub fn set_legacy_wildcard(&mut self, on: bool) {
+        if self.legacy_wildcard != on {
+            self.legacy_wildcard = on;
+            self.full_refresh = true;
+        }
+    }
+
+    pub fn set_explicit_wildcard(&mut self, on: bool) {
+        if self.explicit_wildcard != on {
+            self.explicit_wildcard = on;
+            self.full_refresh = true;
+        }
+    }
+
+    /// Subscribes to `name` (a resource, or a glob collection) with `params`, or the stream's
+    /// parameters for the type when `params` is `None` (a plain-name subscription).
+    pub fn subscribe(&mut self, name: &str, params: Option<ParamSet>) {
+        let constrained = params.is_some();
+        let params_or_default = params
+            .clone()
+            .unwrap_or_else(|| self.default_params.clone());
+        match SubscriptionName::parse(name) {
+            Ok(SubscriptionName::Glob(url)) => {
+                self.globs.insert(
+                    name.to_owned(),
+                    Glob {
+                        url,
+                        params: params_or_default,
+                        constrained,
+                    },
+                );
+                self.full_refresh = true;
+            }
+            Ok(SubscriptionName::Urn(urn)) => self.add_named(name, urn.to_string(), params),
+            // An opaque name is its own normal form; a malformed xdstp name matches nothing.
+            Ok(SubscriptionName::Opaque(_)) | Err(_) => {
+                self.add_named(name, name.to_owned(), params)
+            }
+        }
+    }
+
+    fn add_named(&mut self, spelling: &str, normal: String, params: Option<ParamSet>) {
+        match params {
+            None => {
+                if self
+                    .names
+                    .insert(spelling.to_owned(), normal.clone())
+                    .is_none()
+                {
+                    self.names_by_normal
+                        .entry(normal.clone())
+                        .or_default()
+                        .insert(spelling.to_owned());
+                }
+            }
+            Some(params) => {
+                let key = (spelling.to_owned(), params);
+                if self.locators.insert(key.clone(), normal.clone()).is_none() {
+                    self.locators_by_normal
+                        .entry(normal.clone())
+                        .or_default()
+                        .insert(key);
+                }
+            }
+        }
+        self.stale_normals.insert(normal);
+    }
+
+    /// Unsubscribes. What the client had through this subscription it drops itself: it is
+    /// forgotten, not removed.
+    pub fn unsubscribe(&mut self, name: &str, params: Option<ParamSet>) {
+        if self.globs.remove(name).is_some() {
+            let members = self.glob_members.remove(name).unwrap_or_default();
+            self.reported_missing
+                .remove(&Missing::Glob(name.to_owned()));
+            for member in members {
+                self.forget(&ItemKey::Name(member.clone()));
+                self.stale_normals.insert(member);
+            }
+            return;
+        }
+        match params {
+            None => {
+                if let Some(normal) = self.names.remove(name) {
+                    if let Some(set) = self.names_by_normal.get_mut(&normal) {
+                        set.remove(name);
+                    }
+                    self.forget(&ItemKey::Name(name.to_owned()));
+                    self.missing.remove(&Missing::Name(name.to_owned()));
+                    self.reported_missing
+                        .remove(&Missing::Name(name.to_owned()));
+                    self.stale_normals.insert(normal);
+                }
+            }
+            Some(params) => {
+                let key = (name.to_owned(), params);
+                if let Some(normal) = self.locators.remove(&key) {
+                    if let Some(set) = self.locators_by_normal.get_mut(&normal) {
+                        set.remove(&key);
+                    }
+                    let variants: Vec<ItemKey> = self
+                        .sent
+                        .keys()
+                        .filter(|k| matches!(k, ItemKey::Variant(n, _) if n == name))
+                        .cloned()
+                        .collect();
+                    variants.iter().for_each(|k| self.forget(k));
+                    let missing = Missing::Locator(key.0, key.1);
+                    self.missing.remove(&missing);
+                    self.reported_missing.remove(&missing);
+                    self.stale_normals.insert(normal);
+                }
+            }
+        }
+    }
+
+    fn forget(&mut self, key: &ItemKey) {
+        self.sent.remove(key);
+        self.dirty.remove(key);
+    }
+
+    /// SotW: the subscriptions become exactly these. Returns whether they changed.
+    pub fn replace_subscriptions(
+        &mut self,
+        names: &[String],
+        locators: &[(String, ParamSet)],
+    ) -> bool {
+        let wanted_names: BTreeSet<&String> = names.iter().filter(|n| *n != "*").collect();
+        let current_names: BTreeSet<&String> = self.names.keys().chain(self.globs.keys()).collect();
+        let wanted_locators: BTreeSet<&(String, ParamSet)> = locators.iter().collect();
+        let current_locators: BTreeSet<&(String, ParamSet)> = self.locators.keys().collect();
+        if wanted_names == current_names && wanted_locators == current_locators {
+            return false;
+        }
+        let drop_names: Vec<String> = current_names
+            .difference(&wanted_names)
+            .map(|n| (*n).clone())
+            .collect();
+        let add_names: Vec<String> = wanted_names
+            .difference(&current_names)
+            .map(|n| (*n).clone())
+            .collect();
+        let drop_locators: Vec<(String, ParamSet)> = current_locators
+            .difference(&wanted_locators)
+            .map(|l| (*l).clone())
+            .collect();
+        let add_locators: Vec<(String, ParamSet)> = wanted_locators
+            .difference(&current_locators)
+            .map(|l| (*l).clone())
+            .collect();
+        for name in drop_names {
+            self.unsubscribe(&name, None);
+        }
+        for (name, params) in drop_locators {
+            self.unsubscribe(&name, Some(params));
+        }
+        for name in add_names {
+            self.subscribe(&name, None);
+        }
+        for (name, params) in add_locators {
+            self.subscribe(&name, Some(params));
+        }
+        true
+    }
+
+    /// Delta: what the client says it already has, at connect.
+    pub fn client_has(&mut self, name: &str, version: &str) {
+        self.sent.insert(
+            ItemKey::Name(name.to_owned()),
+            Sent {
+                version: version.to_owned(),
+                wrapped: None,
+                constraints: None,
+            },
+        );
+        self.dirty.insert(ItemKey::Name(name.to_owned()));
+    }
+
+    pub fn interest(&self) -> Interest {
+        Interest {
+            names: self
+                .names
+                .values()
+                .chain(self.locators.values())
+                .cloned()
+                .collect(),
+            wildcard: self.wildcard(),
+            collections: self.globs.values().map(|g| g.url.to_string()).collect(),
+        }
+    }
+
+    /// Human-readable subscriptions, for `/v1/clients`.
+    pub fn describe_subscriptions(&self) -> Vec<String> {
+        let mut out = Vec::new();
+        if self.legacy_wildcard {
+            out.push("* (legacy wildcard)".to_owned());
+        } else if self.explicit_wildcard {
+            out.push("*".to_owned());
+        }
+        out.extend(self.names.keys().cloned());
+        out.extend(self.globs.keys().cloned());
+        out.extend(
+            self.locators
+                .keys()
+                .map(|(name, params)| format!("{name} {params}")),
+        );
+        out
+    }
+
+    // ---- desired state -------------------------------------------------------------------
+
+    /// A resource changed: look at it again at the next poll.
+    pub fn resource_changed(&mut self, normal: &str) {
+        self.stale_normals.insert(normal.to_owned());
+    }
+
+    pub fn everything_changed(&mut self) {
+        self.full_refresh = true;
+    }
+
+    /// Brings the desired state up to `snapshot` for what changed.
+    pub fn refresh(&mut self, snapshot: &Snapshot) {
+        if self.full_refresh {
+            self.full_refresh = false;
+            let mut normals: BTreeSet<String> = std::mem::take(&mut self.stale_normals);
+            normals.extend(self.by_normal.keys().cloned());
+            normals.extend(self.names.values().cloned());
+            normals.extend(self.locators.values().cloned());
+            if self.wildcard() {
+                normals.extend(snapshot.of_type(&self.type_url).map(|r| r.key.name.clone()));
+            }
+            for glob in self.globs.values() {
+                let text = glob.url.to_string();
+                let prefix = text
+                    .split('?')
+                    .next()
+                    .unwrap_or(&text)
+                    .trim_end_matches('*');
+                normals.extend(
+                    snapshot
+                        .with_prefix(&self.type_url, prefix)
+                        .map(|r| r.key.name.clone()),
+                );
+            }
+            self.missing.clear();
+            self.glob_members = self
+                .globs
+                .keys()
+                .map(|g| (g.clone(), BTreeSet::new()))
+                .collect();
+            for normal in normals {
+                self.refresh_resource(&normal, snapshot);
+            }
+        } else {
+            for normal in std::mem::take(&mut self.stale_normals) {
+                self.refresh_resource(&normal, snapshot);
+            }
+        }
+    }
+
+    fn refresh_resource(&mut self, normal: &str, snapshot: &Snapshot) {
+        for key in self.by_normal.remove(normal).unwrap_or_default() {
+            self.desired.remove(&key);
+            self.dirty.insert(key);
+        }
+        for members in self.glob_members.values_mut() {
+            members.remove(normal);
+        }
+        let resource = snapshot.get(&self.type_url, normal).cloned();
+        let mut found: Vec<(ItemKey, Item)> = Vec::new();
+        let mut missing: Vec<Missing> = Vec::new();
+        let resolve = |params: &ParamSet| {
+            resource
+                .as_ref()
+                .and_then(|r| r.matcher.resolve(params).map(|i| (r.clone(), i)))
+        };
+        let item = |resource: Arc<IndexedResource>, variant: usize, constrained: bool| Item {
+            resource,
+            variant,
+            constrained,
+        };
+
+        for spelling in self.names_by_normal.get(normal).into_iter().flatten() {
+            let m = Missing::Name(spelling.clone());
+            self.missing.remove(&m);
+            match resolve(&self.default_params) {
+                Some((r, v)) => found.push((ItemKey::Name(spelling.clone()), item(r, v, false))),
+                None => missing.push(m),
+            }
+        }
+        for (spelling, params) in self.locators_by_normal.get(normal).into_iter().flatten() {
+            let m = Missing::Locator(spelling.clone(), params.clone());
+            self.missing.remove(&m);
+            match resolve(params) {
+                Some((r, v)) => {
+                    let id = r.variants[v].id;
+                    found.push((ItemKey::Variant(spelling.clone(), id), item(r, v, true)));
+                }
+                None => missing.push(m),
+            }
+        }
+        if self.wildcard()
+            && let Some((r, v)) = resolve(&self.default_params)
+        {
+            found.push((ItemKey::Name(normal.to_owned()), item(r, v, false)));
+        }
+        if resource.is_some()
+            && let Ok(urn) = vxds_core::xdstp::XdstpUrn::parse(normal)
+        {
+            for (spelling, glob) in &self.globs {
+                if !glob.url.glob_matches(&urn) {
+                    continue;
+                }
+                if let Some((r, v)) = resolve(&glob.params) {
+                    let key = if glob.constrained {
+                        ItemKey::Variant(normal.to_owned(), r.variants[v].id)
+                    } else {
+                        ItemKey::Name(normal.to_owned())
+                    };
+                    found.push((key, item(r, v, glob.constrained)));
+                    self.glob_members
+                        .entry(spelling.clone())
+                        .or_default()
+                        .insert(normal.to_owned());
+                }
+            }
+        }
+        // One item per key: a name subscription wins over the wildcard and globs it overlaps.
+        let mut keys = BTreeSet::new();
+        for (key, item) in found {
+            if keys.insert(key.clone()) {
+                self.dirty.insert(key.clone());
+                self.desired.insert(key, item);
+            }
+        }
+        if !keys.is_empty() {
+            self.by_normal.insert(normal.to_owned(), keys);
+        }
+        self.missing.extend(missing);
+    }
+
+    // ---- closing the gap -----------------------------------------------------------------
+
+    /// Whether a response for this type awaits the client's answer.
+    pub fn in_flight(&self) -> bool {
+        !self.outstanding.is_empty()
+    }
+
+    /// Additions or updates the client does not have yet.
+    fn pending_upserts(&self) -> impl Iterator<Item = (&ItemKey, &Item)> {
+        self.dirty.iter().filter_map(|k| {
+            let item = self.desired.get(k)?;
+            let current = self.sent.get(k).map(|s| s.version.as_str());
+            (current != Some(item.version())).then_some((k, item))
+        })
+    }
+
+    /// Removals pending: what the client has that it should no longer have.
+    fn pending_removals(&self) -> impl Iterator<Item = &ItemKey> {
+        self.dirty
+            .iter()
+            .filter(|k| self.sent.contains_key(*k) && !self.desired.contains_key(*k))
+    }
+
+    pub fn has_pending_removals(&self) -> bool {
+        self.pending_removals().next().is_some()
+    }
+
+    /// A client answered the response `nonce`. `None` when the nonce is not one in flight.
+    pub fn answer(
+        &mut self,
+        nonce: &str,
+        error: Option<String>,
+        client_version: &str,
+    ) -> Option<Ack> {
+        let version = self.outstanding.remove(nonce)?;
+        Some(match error {
+            Some(message) => {
+                self.nacked_version = Some(version.clone());
+                Ack::Nacked { version, message }
+            }
+            None => Ack::Acked {
+                version: if client_version.is_empty() {
+                    version
+                } else {
+                    client_version.to_owned()
+                },
+            },
+        })
+    }
+
+    /// SotW, make phase: the full state with additions and updates, keeping what is due for
+    /// removal until the break phase. `None` when there is nothing to say.
+    pub fn sotw_make(&mut self, nonce: &str, wrap_all: bool) -> Option<SotwResponse> {
+        let has_upserts = self.pending_upserts().next().is_some();
+        if !has_upserts && !self.force_send {
+            return None;
+        }
+        let keep: Vec<(ItemKey, Sent)> = self
+            .sent
+            .iter()
+            .filter(|(k, _)| !self.desired.contains_key(*k))
+            .map(|(k, s)| (k.clone(), s.clone()))
+            .collect();
+        self.sotw_respond(nonce, wrap_all, keep)
+    }
+
+    /// SotW, break phase: the full state without what is due for removal.
+    pub fn sotw_break(&mut self, nonce: &str, wrap_all: bool) -> Option<SotwResponse> {
+        if !self.has_pending_removals() {
+            return None;
+        }
+        self.sotw_respond(nonce, wrap_all, Vec::new())
+    }
+
+    fn sotw_respond(
+        &mut self,
+        nonce: &str,
+        wrap_all: bool,
+        keep: Vec<(ItemKey, Sent)>,
+    ) -> Option<SotwResponse> {
+        let mut entries: BTreeMap<ItemKey, (String, SotwEntry, Sent)> = BTreeMap::new();
+        for (key, item) in &self.desired {
+            let wrapped = item.wrapped(key.name());
+            let entry = if item.constrained || wrap_all {
+                SotwEntry::Wrapped(wrapped.clone())
+            } else {
+                SotwEntry::Bare(wrapped.body.clone())
+            };
+            let constraints = match &wrapped.naming {
+                Naming::Constrained(c) => c.clone(),
+                Naming::Legacy => None,
+            };
+            let sent = Sent {
+                version: wrapped.version.clone(),
+                wrapped: Some(wrapped),
+                constraints,
+            };
+            entries.insert(key.clone(), (item.version().to_owned(), entry, sent));
+        }
+        for (key, sent) in keep {
+            // Kept for make-before-break; what the client reported but was never sent cannot be.
+            let Some(wrapped) = sent.wrapped.clone() else {
+                continue;
+            };
+            let entry = if matches!(wrapped.naming, Naming::Constrained(_)) || wrap_all {
+                SotwEntry::Wrapped(wrapped.clone())
+            } else {
+                SotwEntry::Bare(wrapped.body.clone())
+            };
+            entries.insert(key, (sent.version.clone(), entry, sent));
+        }
+        let mut parts: Vec<&[u8]> = vec![self.type_url.as_bytes()];
+        let labels: Vec<String> = entries
+            .iter()
+            .map(|(k, (v, _, _))| format!("{k:?}={v}"))
+            .collect();
+        parts.extend(labels.iter().map(|l| l.as_bytes()));
+        let version = content_hash("vxds.sotw.v1", &parts);
+        let force = std::mem::take(&mut self.force_send);
+        let repeat = self.last_version.as_deref() == Some(version.as_str());
+        let refused = self.nacked_version.as_deref() == Some(version.as_str());
+        if !force && (repeat || refused) {
+            self.dirty
+                .retain(|k| self.sent.contains_key(k) && !self.desired.contains_key(k));
+            return None;
+        }
+        self.sent = entries
+            .iter()
+            .map(|(k, (_, _, s))| (k.clone(), s.clone()))
+            .collect();
+        self.dirty
+            .retain(|k| self.sent.contains_key(k) && !self.desired.contains_key(k));
+        self.last_version = Some(version.clone());
+        self.last_nonce = Some(nonce.to_owned());
+        self.outstanding.clear();
+        self.outstanding.insert(nonce.to_owned(), version.clone());
+        Some(SotwResponse {
+            version_info: version,
+            resources: entries.into_values().map(|(_, e, _)| e).collect(),
+            type_url: self.type_url.clone(),
+            nonce: nonce.to_owned(),
+        })
+    }
+
+    /// Delta, make phase: additions and updates, and what the client subscribed to but does
+    /// not exist. `None` when there is nothing to say.
+    pub fn delta_make(&mut self, nonce: &str, system_version: &str) -> Option<DeltaResponse> {
+        let upserts: Vec<(ItemKey, Wrapped)> = self
+            .pending_upserts()
+            .map(|(k, item)| (k.clone(), item.wrapped(k.name())))
+            .collect();
+        let mut response = DeltaResponse::default();
+        for (key, wrapped) in upserts {
+            let constraints = match &wrapped.naming {
+                Naming::Constrained(c) => c.clone(),
+                Naming::Legacy => None,
+            };
+            self.sent.insert(
+                key.clone(),
+                Sent {
+                    version: wrapped.version.clone(),
+                    wrapped: Some(wrapped.clone()),
+                    constraints,
+                },
+            );
+            self.dirty.remove(&key);
+            // A resource that exists again is no longer reported missing.
+            self.reported_missing
+                .remove(&Missing::Name(key.name().to_owned()));
+            response.resources.push(wrapped);
+        }
+        // A variant replaced by another (TP2): the old one's removal goes in the same response
+        // as the new one, so that the client swaps them atomically.
+        let replaced: Vec<ItemKey> =
+            self.sent
+                .keys()
+                .filter(|old| match old {
+                    ItemKey::Variant(name, _) => {
+                        !self.desired.contains_key(*old)
+                            && response.resources.iter().any(|r| {
+                                r.name == *name && matches!(r.naming, Naming::Constrained(_))
+                            })
+                    }
+                    ItemKey::Name(_) => false,
+                })
+                .cloned()
+                .collect();
+        for key in replaced {
+            let sent = self.sent.remove(&key);
+            self.dirty.remove(&key);
+            response.removed_resource_names.push(RemovedName {
+                name: key.name().to_owned(),
+                constraints: sent.and_then(|s| s.constraints),
+            });
+        }
+        // Whatever is neither to send nor to remove needs no attention.
+        self.dirty
+            .retain(|k| self.sent.contains_key(k) && !self.desired.contains_key(k));
+
+        // Tell the client what does not exist, so that it does not wait for it. What it has is
+        // a removal instead, for the break phase.
+        let still_missing: BTreeSet<Missing> = self.missing.clone();
+        self.reported_missing.retain(|m| match m {
+            Missing::Glob(g) => self.glob_members.get(g).is_some_and(BTreeSet::is_empty),
+            other => still_missing.contains(other),
+        });
+        for missing in still_missing {
+            if self.reported_missing.contains(&missing) {
+                continue;
+            }
+            match &missing {
+                Missing::Name(name) if self.sent.contains_key(&ItemKey::Name(name.clone())) => {
+                    continue;
+                }
+                Missing::Name(name) => response.removed_resources.push(name.clone()),
+                Missing::Locator(name, _) => {
+                    let has_variant = self
+                        .sent
+                        .keys()
+                        .any(|k| matches!(k, ItemKey::Variant(n, _) if n == name));
+                    if has_variant {
+                        continue;
+                    }
+                    response.removed_resource_names.push(RemovedName {
+                        name: name.clone(),
+                        constraints: None,
+                    });
+                }
+                Missing::Glob(_) => continue,
+            }
+            self.reported_missing.insert(missing);
+        }
+        // An empty glob collection is reported by its own name, once its members are gone.
+        for (glob, members) in &self.glob_members {
+            let report = Missing::Glob(glob.clone());
+            let Some(url) = self.globs.get(glob).map(|g| &g.url) else {
+                continue;
+            };
+            // Reported only once the client holds none of its members any more.
+            let holds = self.sent.keys().any(|k| {
+                vxds_core::xdstp::XdstpUrn::parse(k.name()).is_ok_and(|urn| url.glob_matches(&urn))
+            });
+            if members.is_empty() && !holds && !self.reported_missing.contains(&report) {
+                response.removed_resources.push(glob.clone());
+                self.reported_missing.insert(report);
+            }
+        }
+        self.finish_delta(response, nonce, system_version)
+    }
+
+    /// Delta, break phase: removals of what the client has.
+    pub fn delta_break(&mut self, nonce: &str, system_version: &str) -> Option<DeltaResponse> {
+        let removals: Vec<ItemKey> = self.pending_removals().cloned().collect();
+        let mut response = DeltaResponse::default();
+        for key in removals {
+            let sent = self.sent.remove(&key);
+            self.dirty.remove(&key);
+            match &key {
+                ItemKey::Name(name) => {
+                    response.removed_resources.push(name.clone());
+                    if self.missing.contains(&Missing::Name(name.clone())) {
+                        self.reported_missing.insert(Missing::Name(name.clone()));
+                    }
+                }
+                ItemKey::Variant(name, _) => response.removed_resource_names.push(RemovedName {
+                    name: name.clone(),
+                    constraints: sent.and_then(|s| s.constraints),
+                }),
+            }
+        }
+        self.finish_delta(response, nonce, system_version)
+    }
+
+    fn finish_delta(
+        &mut self,
+        mut response: DeltaResponse,
+        nonce: &str,
+        system_version: &str,
+    ) -> Option<DeltaResponse> {
+        if response.resources.is_empty()
+            && response.removed_resources.is_empty()
+            && response.removed_resource_names.is_empty()
+        {
+            return None;
+        }
+        response.type_url = self.type_url.clone();
+        response.nonce = nonce.to_owned();
+        response.system_version_info = system_version.to_owned();
+        self.outstanding
+            .insert(nonce.to_owned(), system_version.to_owned());
+        Some(response)
+    }
+
+    /// What the client has, for visibility: name, version, constraints (text) and body.
+    pub fn held(&self) -> Vec<(String, String, Option<String>, Option<Bytes>)> {
+        self.sent
+            .iter()
+            .map(|(key, sent)| {
+                let constraints = self
+                    .desired
+                    .get(key)
+                    .filter(|i| i.constrained)
+                    .map(|item| item.resource.variants[item.variant].constraints.to_string());
+                (
+                    key.name().to_owned(),
+                    sent.version.clone(),
+                    constraints,
+                    sent.wrapped.as_ref().map(|w| w.body.clone()),
+                )
+            })
+            .collect()
+    }
+}

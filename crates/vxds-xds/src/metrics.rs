@@ -1,0 +1,74 @@
+//! Prometheus metrics of the xDS server.
+
+use std::sync::atomic::AtomicI64;
+
+use prometheus_client::encoding::EncodeLabelSet;
+use prometheus_client::metrics::counter::Counter;
+use prometheus_client::metrics::family::Family;
+use prometheus_client::metrics::gauge::Gauge;
+use prometheus_client::metrics::histogram::{Histogram, exponential_buckets};
+use prometheus_client::registry::Registry;
+
+#[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
+pub struct StreamLabels {
+    pub service: &'static str,
+    pub protocol: &'static str,
+}
+
+#[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
+pub struct TypeLabels {
+    pub type_url: String,
+}
+
+#[derive(Debug)]
+pub struct XdsMetrics {
+    pub streams: Family<StreamLabels, Gauge<i64, AtomicI64>>,
+    pub responses: Family<TypeLabels, Counter>,
+    pub acks: Family<TypeLabels, Counter>,
+    pub nacks: Family<TypeLabels, Counter>,
+    /// Seconds from a revision's commit to a response carrying it.
+    pub push_latency: Histogram,
+}
+
+impl XdsMetrics {
+    pub fn register(registry: &mut Registry) -> Self {
+        let metrics = Self {
+            streams: Family::default(),
+            responses: Family::default(),
+            acks: Family::default(),
+            nacks: Family::default(),
+            push_latency: Histogram::new(exponential_buckets(0.001, 2.0, 16)),
+        };
+        registry.register(
+            "vxds_xds_streams",
+            "Connected xDS streams",
+            metrics.streams.clone(),
+        );
+        registry.register(
+            "vxds_xds_responses",
+            "xDS responses sent, by type",
+            metrics.responses.clone(),
+        );
+        registry.register(
+            "vxds_xds_acks",
+            "Responses clients acknowledged, by type",
+            metrics.acks.clone(),
+        );
+        registry.register(
+            "vxds_xds_nacks",
+            "Responses clients refused, by type",
+            metrics.nacks.clone(),
+        );
+        registry.register(
+            "vxds_xds_push_latency_seconds",
+            "From a revision's commit to the response that carries it",
+            metrics.push_latency.clone(),
+        );
+        metrics
+    }
+
+    /// Metrics that go nowhere, for tests and tools.
+    pub fn unregistered() -> Self {
+        Self::register(&mut Registry::default())
+    }
+}

@@ -1,0 +1,98 @@
+//! A subscriber's dynamic parameters, from the first source that has them (TP2, A67):
+//! a resource locator's own parameters; else `node.dynamic_parameters[type_url]` (what Envoy
+//! sends from its bootstrap); else the node metadata fields the server is told to read
+//! (`--node-metadata-params`; string values only), the migration path TP2 describes.
+
+use std::collections::HashMap;
+
+use vxds_core::ParamSet;
+use vxds_envoy::pb::envoy::config::core::v3::Node;
+use vxds_envoy::pb::google::protobuf::value::Kind;
+
+/// The parameters a node subscribes to `type_url` with, when it names no locator.
+pub fn node_params(node: Option<&Node>, type_url: &str, metadata_keys: &[String]) -> ParamSet {
+    let Some(node) = node else {
+        return ParamSet::new();
+    };
+    if let Some(context) = node.dynamic_parameters.get(type_url) {
+        return context
+            .params
+            .iter()
+            .map(|(k, v)| (k.clone(), v.clone()))
+            .collect();
+    }
+    let Some(metadata) = &node.metadata else {
+        return ParamSet::new();
+    };
+    metadata_keys
+        .iter()
+        .filter_map(
+            |key| match metadata.fields.get(key).and_then(|v| v.kind.as_ref()) {
+                Some(Kind::StringValue(value)) => Some((key.clone(), value.clone())),
+                _ => None,
+            },
+        )
+        .collect()
+}
+
+/// A resource locator's parameters.
+pub fn locator_params(parameters: &HashMap<String, String>) -> ParamSet {
+    parameters
+        .iter()
+        .map(|(k, v)| (k.clone(), v.clone()))
+        .collect()
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use vxds_envoy::pb::google::protobuf::{Struct, Value};
+    use vxds_envoy::pb::xds::core::v3::ContextParams;
+
+    #[test]
+    fn sources_in_order() {
+        let route = "type.googleapis.com/envoy.config.route.v3.RouteConfiguration";
+        let mut node = Node {
+            metadata: Some(Struct {
+                fields: [
+                    (
+                        "env".to_owned(),
+                        Value {
+                            kind: Some(Kind::StringValue("canary".into())),
+                        },
+                    ),
+                    (
+                        "replicas".to_owned(),
+                        Value {
+                            kind: Some(Kind::NumberValue(3.0)),
+                        },
+                    ),
+                ]
+                .into(),
+            }),
+            ..Default::default()
+        };
+        let keys = vec!["env".to_owned(), "replicas".to_owned()];
+        assert_eq!(
+            node_params(Some(&node), route, &keys),
+            ParamSet::new().with("env", "canary")
+        );
+        assert_eq!(node_params(Some(&node), route, &[]), ParamSet::new());
+        node.dynamic_parameters.insert(
+            route.into(),
+            ContextParams {
+                params: [("env".to_owned(), "prod".to_owned())].into(),
+            },
+        );
+        assert_eq!(
+            node_params(Some(&node), route, &keys),
+            ParamSet::new().with("env", "prod")
+        );
+        // Other types still fall back to the metadata.
+        assert_eq!(
+            node_params(Some(&node), "type.googleapis.com/x.Y", &keys),
+            ParamSet::new().with("env", "canary")
+        );
+        assert_eq!(node_params(None, route, &keys), ParamSet::new());
+    }
+}

@@ -1,0 +1,334 @@
+//! The gRPC side: one generic implementation for ADS and every per-type service, SotW, Delta
+//! and Fetch.
+//!
+//! Each stream gets a task that owns its [`StreamMachine`]: it reads requests, waits on its
+//! inbox for changes, and sends what the machine computes into a bounded channel that tonic
+//! drains. A slow client fills only its own channel; its task then waits while its inbox
+//! coalesces changes, so others are never held up and memory stays bounded. When the client
+//! goes (its requests end, or the channel closes), the task ends and its registration is
+//! dropped: nothing is left behind.
+
+use std::marker::PhantomData;
+use std::sync::Arc;
+use std::task::{Context, Poll};
+use std::time::{Duration, SystemTime, UNIX_EPOCH};
+
+use tokio::sync::mpsc;
+use tokio_stream::wrappers::ReceiverStream;
+use tonic::codegen::{Body, BoxFuture, StdError, http};
+use tonic::server::{Grpc, NamedService, StreamingService, UnaryService};
+use tonic::{Request, Response as GrpcResponse, Status, Streaming};
+use tonic_prost::ProstCodec;
+use tracing::{debug, warn};
+use vxds_envoy::pb::envoy::service::discovery::v3::{DeltaDiscoveryRequest, DiscoveryRequest};
+use vxds_store::Index;
+
+use crate::machine::{MachineConfig, Protocol, RequestOutcome, Response, StreamMachine};
+use crate::metrics::{StreamLabels, TypeLabels, XdsMetrics};
+use crate::registry::Registry;
+use crate::types::{Method, ServiceSpec};
+use crate::wire::{DeltaResponse, SotwResponse};
+
+/// What every stream of the server shares.
+#[derive(Debug)]
+pub(crate) struct Shared {
+    pub index: Index,
+    pub registry: Arc<Registry>,
+    pub machine: Arc<MachineConfig>,
+    pub metrics: Arc<XdsMetrics>,
+    pub max_request_bytes: usize,
+    pub max_response_bytes: usize,
+    /// Responses queued per stream before the stream waits for its client.
+    pub queue_depth: usize,
+    /// Set when the server stops: streams end, so that the graceful shutdown can finish.
+    pub closing: tokio::sync::watch::Sender<bool>,
+}
+
+/// Ties a zero-sized marker to one [`ServiceSpec`], so that each gRPC service is a type of its
+/// own (tonic names services by type).
+pub trait Spec: Send + Sync + 'static {
+    const SPEC: &'static ServiceSpec;
+}
+
+/// One xDS gRPC service.
+pub struct XdsGrpc<S: Spec> {
+    shared: Arc<Shared>,
+    _spec: PhantomData<S>,
+}
+
+impl<S: Spec> XdsGrpc<S> {
+    pub(crate) fn new(shared: Arc<Shared>) -> Self {
+        Self {
+            shared,
+            _spec: PhantomData,
+        }
+    }
+}
+
+impl<S: Spec> Clone for XdsGrpc<S> {
+    fn clone(&self) -> Self {
+        Self::new(self.shared.clone())
+    }
+}
+
+impl<S: Spec> NamedService for XdsGrpc<S> {
+    const NAME: &'static str = S::SPEC.name;
+}
+
+impl<S: Spec, B> tower::Service<http::Request<B>> for XdsGrpc<S>
+where
+    B: Body + Send + 'static,
+    B::Error: Into<StdError> + Send + 'static,
+{
+    type Response = http::Response<tonic::body::Body>;
+    type Error = std::convert::Infallible;
+    type Future = BoxFuture<Self::Response, Self::Error>;
+
+    fn poll_ready(&mut self, _: &mut Context<'_>) -> Poll<Result<(), Self::Error>> {
+        Poll::Ready(Ok(()))
+    }
+
+    fn call(&mut self, request: http::Request<B>) -> Self::Future {
+        let shared = self.shared.clone();
+        let spec = S::SPEC;
+        Box::pin(async move {
+            let limits = (
+                Some(shared.max_request_bytes),
+                Some(shared.max_response_bytes),
+            );
+            Ok(match spec.method(request.uri().path()) {
+                Some(Method::Sotw) => {
+                    let mut grpc =
+                        Grpc::new(ProstCodec::<SotwResponse, DiscoveryRequest>::default())
+                            .apply_max_message_size_config(limits.0, limits.1);
+                    grpc.streaming(SotwMethod { shared, spec }, request).await
+                }
+                Some(Method::Delta) => {
+                    let mut grpc =
+                        Grpc::new(ProstCodec::<DeltaResponse, DeltaDiscoveryRequest>::default())
+                            .apply_max_message_size_config(limits.0, limits.1);
+                    grpc.streaming(DeltaMethod { shared, spec }, request).await
+                }
+                Some(Method::Fetch) => {
+                    let mut grpc =
+                        Grpc::new(ProstCodec::<SotwResponse, DiscoveryRequest>::default())
+                            .apply_max_message_size_config(limits.0, limits.1);
+                    grpc.unary(FetchMethod { shared, spec }, request).await
+                }
+                None => Status::unimplemented(format!(
+                    "{} has no method {}",
+                    spec.name,
+                    request.uri().path()
+                ))
+                .into_http(),
+            })
+        })
+    }
+}
+
+struct SotwMethod {
+    shared: Arc<Shared>,
+    spec: &'static ServiceSpec,
+}
+
+impl StreamingService<DiscoveryRequest> for SotwMethod {
+    type Response = SotwResponse;
+    type ResponseStream = ReceiverStream<Result<SotwResponse, Status>>;
+    type Future = BoxFuture<GrpcResponse<Self::ResponseStream>, Status>;
+
+    fn call(&mut self, request: Request<Streaming<DiscoveryRequest>>) -> Self::Future {
+        let (tx, rx) = mpsc::channel(self.shared.queue_depth);
+        tokio::spawn(run_stream(
+            self.shared.clone(),
+            self.spec,
+            Protocol::Sotw,
+            request.into_inner(),
+            tx,
+            StreamMachine::on_sotw_request,
+            |r| match r {
+                Response::Sotw(r) => Some(r),
+                Response::Delta(_) => None,
+            },
+        ));
+        Box::pin(async move { Ok(GrpcResponse::new(ReceiverStream::new(rx))) })
+    }
+}
+
+struct DeltaMethod {
+    shared: Arc<Shared>,
+    spec: &'static ServiceSpec,
+}
+
+impl StreamingService<DeltaDiscoveryRequest> for DeltaMethod {
+    type Response = DeltaResponse;
+    type ResponseStream = ReceiverStream<Result<DeltaResponse, Status>>;
+    type Future = BoxFuture<GrpcResponse<Self::ResponseStream>, Status>;
+
+    fn call(&mut self, request: Request<Streaming<DeltaDiscoveryRequest>>) -> Self::Future {
+        let (tx, rx) = mpsc::channel(self.shared.queue_depth);
+        tokio::spawn(run_stream(
+            self.shared.clone(),
+            self.spec,
+            Protocol::Delta,
+            request.into_inner(),
+            tx,
+            StreamMachine::on_delta_request,
+            |r| match r {
+                Response::Delta(r) => Some(r),
+                Response::Sotw(_) => None,
+            },
+        ));
+        Box::pin(async move { Ok(GrpcResponse::new(ReceiverStream::new(rx))) })
+    }
+}
+
+/// The REST-like `Fetch*` methods: one request, the state of the world in one response.
+struct FetchMethod {
+    shared: Arc<Shared>,
+    spec: &'static ServiceSpec,
+}
+
+impl UnaryService<DiscoveryRequest> for FetchMethod {
+    type Response = SotwResponse;
+    type Future = BoxFuture<GrpcResponse<SotwResponse>, Status>;
+
+    fn call(&mut self, request: Request<DiscoveryRequest>) -> Self::Future {
+        let shared = self.shared.clone();
+        let spec = self.spec;
+        Box::pin(async move {
+            let request = request.into_inner();
+            let mut machine = StreamMachine::new(0, Protocol::Sotw, spec, shared.machine.clone());
+            machine.on_sotw_request(request)?;
+            let snapshot = shared.index.snapshot();
+            let response = machine.poll(&snapshot).into_iter().find_map(|r| match r {
+                Response::Sotw(r) => Some(r),
+                Response::Delta(_) => None,
+            });
+            Ok(GrpcResponse::new(response.unwrap_or_default()))
+        })
+    }
+}
+
+async fn until_closing(closing: &mut tokio::sync::watch::Receiver<bool>) {
+    let _ = closing.wait_for(|closing| *closing).await;
+}
+
+/// Keeps the streams gauge honest however the task ends.
+struct StreamGauge {
+    metrics: Arc<XdsMetrics>,
+    labels: StreamLabels,
+}
+
+impl Drop for StreamGauge {
+    fn drop(&mut self) {
+        self.metrics.streams.get_or_create(&self.labels).dec();
+    }
+}
+
+async fn run_stream<Req, Resp>(
+    shared: Arc<Shared>,
+    spec: &'static ServiceSpec,
+    protocol: Protocol,
+    mut requests: Streaming<Req>,
+    out: mpsc::Sender<Result<Resp, Status>>,
+    handle: fn(&mut StreamMachine, Req) -> Result<RequestOutcome, Status>,
+    unwrap: fn(Response) -> Option<Resp>,
+) where
+    Req: Send + 'static,
+    Resp: Send + 'static,
+{
+    let id = shared.registry.next_id();
+    let mut machine = StreamMachine::new(id, protocol, spec, shared.machine.clone());
+    let registration = shared.registry.register(id, machine.status());
+    let labels = StreamLabels {
+        service: spec.label,
+        protocol: match protocol {
+            Protocol::Sotw => "sotw",
+            Protocol::Delta => "delta",
+        },
+    };
+    shared.metrics.streams.get_or_create(&labels).inc();
+    let _gauge = StreamGauge {
+        metrics: shared.metrics.clone(),
+        labels,
+    };
+    debug!(
+        stream = id,
+        service = spec.label,
+        ?protocol,
+        "stream opened"
+    );
+    let mut closing = shared.closing.subscribe();
+
+    loop {
+        let responses = tokio::select! {
+            message = requests.message() => match message {
+                Ok(Some(request)) => match handle(&mut machine, request) {
+                    Ok(outcome) => {
+                        for type_url in outcome.acks {
+                            shared.metrics.acks.get_or_create(&TypeLabels { type_url }).inc();
+                        }
+                        for type_url in outcome.nacks {
+                            shared.metrics.nacks.get_or_create(&TypeLabels { type_url }).inc();
+                        }
+                        // Interest first, then the snapshot: no change can slip in between.
+                        if outcome.interest_changed {
+                            shared.registry.set_interest(id, machine.interest());
+                        }
+                        machine.poll(&shared.index.snapshot())
+                    }
+                    Err(status) => {
+                        warn!(stream = id, node = ?machine.node().map(|n| n.id.clone()), error = %status.message(), "closing the stream");
+                        let _ = out.send(Err(status)).await;
+                        break;
+                    }
+                },
+                Ok(None) => break,
+                Err(status) => {
+                    // A request too large or undecodable: the client is told why (if it is
+                    // still there to hear it).
+                    debug!(stream = id, error = %status, "the client's request stream failed");
+                    let _ = out.send(Err(status)).await;
+                    break;
+                }
+            },
+            () = registration.inbox.wait() => {
+                match registration.inbox.take() {
+                    Some(keys) => machine.on_changes(&keys),
+                    None => machine.on_everything_changed(),
+                }
+                let snapshot = shared.index.snapshot();
+                let responses = machine.poll(&snapshot);
+                if !responses.is_empty()
+                    && let Some(committed) = snapshot.committed_at_ms()
+                {
+                    let now = SystemTime::now().duration_since(UNIX_EPOCH).unwrap_or(Duration::ZERO).as_millis() as i64;
+                    shared.metrics.push_latency.observe((now - committed).max(0) as f64 / 1000.0);
+                }
+                responses
+            }
+            () = out.closed() => break,
+            () = until_closing(&mut closing) => {
+                // Clients reconnect on UNAVAILABLE, to another replica if there is one.
+                let _ = out.send(Err(Status::unavailable("vxds is shutting down"))).await;
+                break;
+            }
+        };
+        for response in responses {
+            let type_url = response.type_url().to_owned();
+            let Some(response) = unwrap(response) else {
+                continue;
+            };
+            if out.send(Ok(response)).await.is_err() {
+                debug!(stream = id, "the client left mid-push");
+                return;
+            }
+            shared
+                .metrics
+                .responses
+                .get_or_create(&TypeLabels { type_url })
+                .inc();
+        }
+    }
+    debug!(stream = id, "stream closed");
+}

@@ -1,0 +1,102 @@
+//! What each stream is doing, for operators: `GET /v1/clients` and CSDS read it.
+
+use std::collections::BTreeMap;
+
+use bytes::Bytes;
+use serde::Serialize;
+
+/// One connected stream.
+#[derive(Clone, Debug, Default, Serialize)]
+#[cfg_attr(feature = "openapi", derive(utoipa::ToSchema))]
+pub struct ClientStatus {
+    pub stream_id: u64,
+    /// `ads`, or the per-type service (`lds`, `cds`, ...).
+    pub service: &'static str,
+    /// `sotw` or `delta`.
+    pub protocol: &'static str,
+    pub node_id: String,
+    pub node_cluster: String,
+    /// e.g. `envoy 1.40.0`.
+    pub user_agent: String,
+    pub client_features: Vec<String>,
+    pub connected_at: String,
+    pub types: Vec<TypeStatus>,
+}
+
+/// One resource type on a stream.
+#[derive(Clone, Debug, Default, Serialize)]
+#[cfg_attr(feature = "openapi", derive(utoipa::ToSchema))]
+pub struct TypeStatus {
+    pub type_url: String,
+    /// The dynamic parameters plain-name subscriptions resolve with.
+    pub params: BTreeMap<String, String>,
+    pub subscriptions: Vec<String>,
+    pub last_sent: Option<SentVersion>,
+    pub last_acked: Option<Acked>,
+    /// The last response the client refused, and why.
+    pub last_nacked: Option<Nacked>,
+    /// What the client holds, as far as the server knows.
+    pub resources: Vec<HeldResource>,
+}
+
+#[derive(Clone, Debug, Default, Serialize)]
+#[cfg_attr(feature = "openapi", derive(utoipa::ToSchema))]
+pub struct SentVersion {
+    pub version: String,
+    pub nonce: String,
+    pub at: String,
+}
+
+#[derive(Clone, Debug, Default, Serialize)]
+#[cfg_attr(feature = "openapi", derive(utoipa::ToSchema))]
+pub struct Acked {
+    pub version: String,
+    pub nonce: String,
+    pub at: String,
+}
+
+#[derive(Clone, Debug, Default, Serialize)]
+#[cfg_attr(feature = "openapi", derive(utoipa::ToSchema))]
+pub struct Nacked {
+    pub version: String,
+    pub nonce: String,
+    pub message: String,
+    pub at: String,
+}
+
+#[derive(Clone, Debug, Default, Serialize)]
+#[cfg_attr(feature = "openapi", derive(utoipa::ToSchema))]
+pub struct HeldResource {
+    pub name: String,
+    pub version: String,
+    /// The variant's constraints, for locator subscriptions.
+    pub constraints: Option<String>,
+    /// The body as sent (an encoded `Any`), for CSDS.
+    #[serde(skip)]
+    #[cfg_attr(feature = "openapi", schema(ignore))]
+    pub body: Option<Bytes>,
+}
+
+impl TypeStatus {
+    /// Whether the last response sent has been refused and nothing later accepted.
+    pub fn in_error(&self) -> bool {
+        match (&self.last_nacked, &self.last_acked) {
+            (Some(n), Some(a)) => nonce_order(&n.nonce) > nonce_order(&a.nonce),
+            (Some(_), None) => true,
+            _ => false,
+        }
+    }
+
+    /// Whether the client acknowledged the last response sent.
+    pub fn synced(&self) -> bool {
+        match (&self.last_sent, &self.last_acked) {
+            (Some(s), Some(a)) => s.nonce == a.nonce,
+            (None, _) => true,
+            _ => false,
+        }
+    }
+}
+
+fn nonce_order(nonce: &str) -> u64 {
+    nonce.parse().unwrap_or(0)
+}
