@@ -9,6 +9,7 @@
 pub mod auth;
 mod body;
 mod changesets;
+mod clients;
 mod health;
 pub mod metrics;
 pub mod problem;
@@ -44,6 +45,8 @@ pub struct AdminState {
     pub registry: Arc<Registry>,
     /// Largest request body, in bytes.
     pub body_limit: usize,
+    /// The xDS server's streams, when one runs in this process.
+    pub clients: Option<Arc<vxds_xds::Registry>>,
     openapi_json: Arc<serde_json::Value>,
 }
 
@@ -67,8 +70,15 @@ impl AdminState {
             metrics,
             registry,
             body_limit,
+            clients: None,
             openapi_json: Arc::new(openapi_json),
         }
+    }
+
+    /// Shows the streams of the xDS server in `/v1/clients`.
+    pub fn with_clients(mut self, clients: Arc<vxds_xds::Registry>) -> Self {
+        self.clients = Some(clients);
+        self
     }
 }
 
@@ -88,6 +98,7 @@ impl AdminState {
         (name = "changesets", description = "All-or-nothing writes of many resources"),
         (name = "resolve", description = "Which variant a client receives"),
         (name = "revisions", description = "History"),
+        (name = "clients", description = "Connected xDS clients"),
         (name = "operations", description = "Health, readiness, metrics"),
     ),
     modifiers(&BearerAuth),
@@ -123,6 +134,7 @@ fn api_router() -> OpenApiRouter<AdminState> {
         .routes(routes!(resolve::resolve))
         .routes(routes!(revisions::list))
         .routes(routes!(revisions::get))
+        .routes(routes!(clients::list))
         .routes(routes!(health::healthz))
         .routes(routes!(health::readyz))
         .routes(routes!(health::metrics))

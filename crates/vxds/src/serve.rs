@@ -1,4 +1,5 @@
-//! `vxds serve`: the store, the in-memory index and the admin API, until SIGTERM or SIGINT.
+//! `vxds serve`: the store, the in-memory index, the admin API and the xDS server, until
+//! SIGTERM or SIGINT.
 
 use std::net::SocketAddr;
 use std::path::PathBuf;
@@ -41,6 +42,22 @@ pub struct ServeArgs {
     /// Database connections in the pool.
     #[arg(long, env = "VXDS_DATABASE_CONNECTIONS", default_value_t = 8)]
     pub database_connections: u32,
+    /// Where the xDS server (ADS, the per-type services, CSDS) listens.
+    #[arg(long, env = "VXDS_XDS_ADDR", default_value = "127.0.0.1:18000")]
+    pub xds_addr: SocketAddr,
+    /// Node metadata fields (comma-separated) whose string values serve as dynamic parameters
+    /// for clients that send none (TP2's migration path).
+    #[arg(long, env = "VXDS_NODE_METADATA_PARAMS", value_delimiter = ',')]
+    pub node_metadata_params: Vec<String>,
+    /// Subscriptions one xDS stream may hold.
+    #[arg(long, env = "VXDS_XDS_MAX_SUBSCRIPTIONS", default_value_t = 100_000)]
+    pub xds_max_subscriptions: usize,
+    /// Largest xDS request, in bytes.
+    #[arg(long, env = "VXDS_XDS_MAX_REQUEST_BYTES", default_value_t = 4 << 20)]
+    pub xds_max_request_bytes: usize,
+    /// Largest xDS response, in bytes; a stream whose state outgrows it fails with a clear error.
+    #[arg(long, env = "VXDS_XDS_MAX_RESPONSE_BYTES", default_value_t = 256 << 20)]
+    pub xds_max_response_bytes: usize,
 }
 
 pub async fn run(args: ServeArgs) -> anyhow::Result<ExitCode> {
@@ -79,6 +96,18 @@ pub async fn run(args: ServeArgs) -> anyhow::Result<ExitCode> {
 
     let mut registry = Registry::default();
     let admin_metrics = Arc::new(AdminMetrics::register(&mut registry));
+    let xds_metrics = Arc::new(vxds_xds::XdsMetrics::register(&mut registry));
+    let xds_config = vxds_xds::XdsConfig {
+        machine: vxds_xds::MachineConfig {
+            node_metadata_params: args.node_metadata_params.clone(),
+            max_subscriptions: args.xds_max_subscriptions,
+            ..Default::default()
+        },
+        max_request_bytes: args.xds_max_request_bytes,
+        max_response_bytes: args.xds_max_response_bytes,
+        ..Default::default()
+    };
+    let xds = vxds_xds::XdsServer::new(index.clone(), xds_config, xds_metrics);
     let state = AdminState::new(
         store.clone(),
         index.clone(),
@@ -86,13 +115,33 @@ pub async fn run(args: ServeArgs) -> anyhow::Result<ExitCode> {
         admin_metrics,
         Arc::new(registry),
         args.admin_body_limit,
-    );
+    )
+    .with_clients(xds.registry());
+
     let admin = TcpListener::bind(args.admin_addr)
         .await
         .with_context(|| format!("listening on {}", args.admin_addr))?;
+    let xds_listener = TcpListener::bind(args.xds_addr)
+        .await
+        .with_context(|| format!("listening on {}", args.xds_addr))?;
     info!(addr = %admin.local_addr()?, "admin API listening");
-    let server = axum::serve(admin, vxds_admin::router(state)).with_graceful_shutdown(shutdown);
-    server.await.context("serving the admin API")?;
+    info!(addr = %xds_listener.local_addr()?, "xDS server listening");
+
+    // One signal stops both servers.
+    let (stop, stopped) = tokio::sync::watch::channel(false);
+    let until_stopped = |mut rx: tokio::sync::watch::Receiver<bool>| async move {
+        let _ = rx.wait_for(|stop| *stop).await;
+    };
+    tokio::spawn(async move {
+        shutdown.await;
+        let _ = stop.send(true);
+    });
+    let admin_server = axum::serve(admin, vxds_admin::router(state))
+        .with_graceful_shutdown(until_stopped(stopped.clone()));
+    let xds_server = xds.serve(xds_listener, until_stopped(stopped));
+    let (admin_result, xds_result) = tokio::join!(admin_server, xds_server);
+    admin_result.context("serving the admin API")?;
+    xds_result.context("serving xDS")?;
 
     info!("shutting down");
     follower.abort();
