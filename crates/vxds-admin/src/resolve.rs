@@ -157,7 +157,7 @@ pub async fn resolve(
                 id: v.id.to_string(),
                 constraints: constraints_to_json(v.constraints.constraints()),
                 constraints_text: v.constraints.to_string(),
-                version: v.version.clone(),
+                version: v.version.to_string(),
                 resource: body.to_json(&ty),
             })
         })

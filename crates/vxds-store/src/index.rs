@@ -39,16 +39,21 @@ pub struct IndexedVariant {
     pub constraints_proto: Option<DynamicParameterConstraints>,
     /// The same, encoded once for every response that carries them.
     pub constraints_bytes: Option<Bytes>,
+    /// The constraints in the text syntax, for operators; `None` when unconstrained.
+    pub constraints_text: Option<Arc<str>>,
     /// The encoded `google.protobuf.Any`.
     pub body: Bytes,
-    /// Content hash: the per-resource version clients see.
-    pub version: String,
+    /// Content hash: the per-resource version clients see. Shared, like the body, by every
+    /// stream that holds the variant.
+    pub version: Arc<str>,
 }
 
 /// A resource: its variants and the matcher that picks one for a subscriber.
 #[derive(Debug)]
 pub struct IndexedResource {
     pub key: ResourceKey,
+    /// `key.name`, shared by every stream that tracks the resource.
+    pub name: Arc<str>,
     pub version: String,
     /// The revision that last changed it.
     pub revision: u64,
@@ -72,17 +77,20 @@ impl IndexedResource {
                 let constraints_bytes = constraints_proto
                     .as_ref()
                     .map(|c| Bytes::from(prost::Message::encode_to_vec(c)));
+                let constrained = !v.constraints.is_unconstrained();
                 IndexedVariant {
                     id: v.id,
                     constraints_proto,
                     constraints_bytes,
+                    constraints_text: constrained.then(|| Arc::from(v.constraints.to_string())),
                     constraints: v.constraints,
                     body: Bytes::from(v.body),
-                    version: v.version,
+                    version: Arc::from(v.version),
                 }
             })
             .collect();
         Self {
+            name: Arc::from(stored.key.name.as_str()),
             key: stored.key,
             version: stored.version,
             revision: stored.revision,

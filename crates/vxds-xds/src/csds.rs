@@ -139,8 +139,8 @@ fn generic_configs(ty: &TypeStatus, exclude_contents: bool) -> Vec<GenericXdsCon
         .iter()
         .map(|r| GenericXdsConfig {
             type_url: ty.type_url.clone(),
-            name: r.name.clone(),
-            version_info: r.version.clone(),
+            name: r.name.to_string(),
+            version_info: r.version.to_string(),
             xds_config: if exclude_contents {
                 None
             } else {

@@ -37,7 +37,7 @@ pub use type_state::Interest;
 use type_state::{Ack, TypeState};
 
 use crate::params::{locator_params, node_params};
-use crate::status::{Acked, ClientStatus, HeldResource, Nacked, SentVersion, TypeStatus};
+use crate::status::{Acked, ClientStatus, Nacked, SentVersion, TypeStatus};
 use crate::types::{self, ServiceSpec, legacy_wildcard, push_rank};
 use crate::wire::{DeltaResponse, SotwResponse};
 
@@ -109,7 +109,8 @@ pub struct StreamMachine {
     config: Arc<MachineConfig>,
     node: Option<Node>,
     wrap_all: bool,
-    types: BTreeMap<String, TypeState>,
+    /// Boxed: a map node holds eleven values inline, and a `TypeState` is large.
+    types: BTreeMap<String, Box<TypeState>>,
     nonce: u64,
     status: Arc<Mutex<ClientStatus>>,
 }
@@ -209,14 +210,14 @@ impl StreamMachine {
             );
             self.types.insert(
                 type_url.to_owned(),
-                TypeState::new(type_url.to_owned(), params),
+                Box::new(TypeState::new(type_url.to_owned(), params)),
             );
         }
         Ok(self.types.get_mut(type_url).expect("just inserted"))
     }
 
     fn check_limits(&self) -> Result<(), Status> {
-        let count: usize = self.types.values().map(TypeState::subscription_count).sum();
+        let count: usize = self.types.values().map(|t| t.subscription_count()).sum();
         if count > self.config.max_subscriptions {
             return Err(Status::resource_exhausted(format!(
                 "the stream subscribes to {count} resources; the limit is {}",
@@ -265,6 +266,7 @@ impl StreamMachine {
             .collect();
         let first = !ty.seen_request;
         ty.seen_request = true;
+        let wildcard_before = ty.wildcard();
         let names_empty = request.resource_names.is_empty() && locators.is_empty();
         if first {
             ty.set_legacy_wildcard(names_empty && legacy_wildcard(&type_url));
@@ -276,11 +278,11 @@ impl StreamMachine {
         let changed = ty.replace_subscriptions(&request.resource_names, &locators);
         if changed {
             ty.force_send = true;
-            outcome.interest_changed = true;
         }
-        outcome.interest_changed |= first;
+        // Most requests are ACKs: the registry and the status are only touched on a change.
+        outcome.interest_changed = changed || first || ty.wildcard() != wildcard_before;
         self.check_limits()?;
-        self.refresh_status(&type_url, true);
+        self.refresh_status(&type_url, outcome.interest_changed);
         Ok(outcome)
     }
 
@@ -312,6 +314,7 @@ impl StreamMachine {
         // Subscription changes count whatever the nonce.
         let first = !ty.seen_request;
         ty.seen_request = true;
+        let wildcard_before = ty.wildcard();
         if first {
             for (name, version) in &request.initial_resource_versions {
                 ty.client_has(name, version);
@@ -352,9 +355,15 @@ impl StreamMachine {
                 Some(locator_params(&locator.dynamic_parameters)),
             );
         }
-        outcome.interest_changed = true;
+        // Most requests are ACKs: the registry and the status are only touched on a change.
+        outcome.interest_changed = first
+            || ty.wildcard() != wildcard_before
+            || !request.resource_names_subscribe.is_empty()
+            || !request.resource_locators_subscribe.is_empty()
+            || !request.resource_names_unsubscribe.is_empty()
+            || !request.resource_locators_unsubscribe.is_empty();
         self.check_limits()?;
-        self.refresh_status(&type_url, true);
+        self.refresh_status(&type_url, outcome.interest_changed);
         Ok(outcome)
     }
 
@@ -369,9 +378,7 @@ impl StreamMachine {
 
     /// Everything may have changed (the change history did not reach back far enough).
     pub fn on_everything_changed(&mut self) {
-        self.types
-            .values_mut()
-            .for_each(TypeState::everything_changed);
+        self.types.values_mut().for_each(|t| t.everything_changed());
     }
 
     fn next_nonce(&mut self) -> String {
@@ -386,7 +393,7 @@ impl StreamMachine {
         }
         let mut order: Vec<String> = self.types.keys().cloned().collect();
         order.sort_by_key(|t| (push_rank(t), t.clone()));
-        let in_flight = self.types.values().any(TypeState::in_flight);
+        let in_flight = self.types.values().any(|t| t.in_flight());
         let system_version = snapshot.revision.to_string();
         let mut responses = Vec::new();
 
@@ -445,8 +452,8 @@ impl StreamMachine {
     }
 
     /// Mirrors one type's state into the shared status.
-    fn refresh_status(&self, type_url: &str, subscriptions: bool) {
-        let Some(ty) = self.types.get(type_url) else {
+    fn refresh_status(&mut self, type_url: &str, subscriptions: bool) {
+        let Some(ty) = self.types.get_mut(type_url) else {
             return;
         };
         let Ok(mut status) = self.status.lock() else {
@@ -457,16 +464,9 @@ impl StreamMachine {
             entry.subscriptions = ty.describe_subscriptions();
             entry.params = ty.default_params.0.clone();
         }
-        entry.resources = ty
-            .held()
-            .into_iter()
-            .map(|(name, version, constraints, body)| HeldResource {
-                name,
-                version,
-                constraints,
-                body,
-            })
-            .collect();
+        if std::mem::take(&mut ty.held_changed) {
+            entry.resources = ty.held();
+        }
     }
 }
 

@@ -1,6 +1,7 @@
 //! What each stream is doing, for operators: `GET /v1/clients` and CSDS read it.
 
 use std::collections::BTreeMap;
+use std::sync::Arc;
 
 use bytes::Bytes;
 use serde::Serialize;
@@ -67,10 +68,13 @@ pub struct Nacked {
 #[derive(Clone, Debug, Default, Serialize)]
 #[cfg_attr(feature = "openapi", derive(utoipa::ToSchema))]
 pub struct HeldResource {
-    pub name: String,
-    pub version: String,
+    #[cfg_attr(feature = "openapi", schema(value_type = String))]
+    pub name: Arc<str>,
+    #[cfg_attr(feature = "openapi", schema(value_type = String))]
+    pub version: Arc<str>,
     /// The variant's constraints, for locator subscriptions.
-    pub constraints: Option<String>,
+    #[cfg_attr(feature = "openapi", schema(value_type = Option<String>))]
+    pub constraints: Option<Arc<str>>,
     /// The body as sent (an encoded `Any`), for CSDS.
     #[serde(skip)]
     #[cfg_attr(feature = "openapi", schema(ignore))]

@@ -6,6 +6,8 @@
 //! re-encoded per send. Field numbers are those of `envoy.service.discovery.v3`; the tests
 //! decode what is encoded here with the generated types.
 
+use std::sync::Arc;
+
 use bytes::{Buf, BufMut, Bytes};
 use prost::encoding::{
     DecodeContext, WireType, encode_key, encode_varint, encoded_len_varint, key_len, skip_field,
@@ -56,9 +58,9 @@ pub enum Naming {
 /// A `envoy.service.discovery.v3.Resource`.
 #[derive(Clone, Debug, PartialEq, Eq)]
 pub struct Wrapped {
-    pub name: String,
+    pub name: Arc<str>,
     pub naming: Naming,
-    pub version: String,
+    pub version: Arc<str>,
     /// The body: an encoded `google.protobuf.Any`.
     pub body: Bytes,
 }

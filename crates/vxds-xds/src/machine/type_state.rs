@@ -15,24 +15,30 @@ use bytes::Bytes;
 use vxds_core::xdstp::{SubscriptionName, XdstpUrl};
 use vxds_core::{ConstraintsId, ParamSet};
 use vxds_envoy::resource::content_hash;
-use vxds_store::{IndexedResource, Snapshot};
+use vxds_store::{IndexedResource, IndexedVariant, Snapshot};
 
+use crate::status::HeldResource;
 use crate::wire::{DeltaResponse, Naming, RemovedName, SotwEntry, SotwResponse, Wrapped};
 
-/// What a client tracks.
+/// What a client tracks. Names are shared (with the index, or with the subscription), since
+/// every stream holds one key per resource it tracks.
 #[derive(Clone, Debug, PartialEq, Eq, PartialOrd, Ord, Hash)]
 pub(crate) enum ItemKey {
     /// A resource by name, as the client spells it.
-    Name(String),
+    Name(Arc<str>),
     /// A variant of a resource subscribed by locator: name and constraints identify it.
-    Variant(String, ConstraintsId),
+    Variant(Arc<str>, ConstraintsId),
 }
 
 impl ItemKey {
-    fn name(&self) -> &str {
+    fn name(&self) -> &Arc<str> {
         match self {
             ItemKey::Name(n) | ItemKey::Variant(n, _) => n,
         }
+    }
+
+    fn is_named(&self, name: &str) -> bool {
+        matches!(self, ItemKey::Name(n) if **n == *name)
     }
 }
 
@@ -53,19 +59,30 @@ struct Item {
 }
 
 impl Item {
-    fn version(&self) -> &str {
-        &self.resource.variants[self.variant].version
+    fn variant(&self) -> &IndexedVariant {
+        &self.resource.variants[self.variant]
     }
 
-    fn wrapped(&self, name: &str) -> Wrapped {
-        let variant = &self.resource.variants[self.variant];
+    fn version(&self) -> &Arc<str> {
+        &self.variant().version
+    }
+
+    /// The constraints it is named with: a locator subscription's variant's, else none.
+    fn constraints(&self) -> Option<Bytes> {
+        self.constrained
+            .then(|| self.variant().constraints_bytes.clone())
+            .flatten()
+    }
+
+    fn wrapped(&self, name: &Arc<str>) -> Wrapped {
+        let variant = self.variant();
         let naming = if self.constrained {
             Naming::Constrained(variant.constraints_bytes.clone())
         } else {
             Naming::Legacy
         };
         Wrapped {
-            name: name.to_owned(),
+            name: name.clone(),
             naming,
             version: variant.version.clone(),
             body: variant.body.clone(),
@@ -73,13 +90,29 @@ impl Item {
     }
 }
 
-/// What the client has of an item: what was sent, or what it said it had.
+/// What the client has of an item.
 #[derive(Clone, Debug)]
-struct Sent {
-    version: String,
-    /// `None` for what the client reported at connect (`initial_resource_versions`).
-    wrapped: Option<Wrapped>,
-    constraints: Option<Bytes>,
+enum Sent {
+    /// Sent on this stream: the variant as the snapshot of the time held it.
+    Delivered(Item),
+    /// What the client said it had at connect (`initial_resource_versions`); never sent here.
+    Reported(Arc<str>),
+}
+
+impl Sent {
+    fn version(&self) -> &Arc<str> {
+        match self {
+            Sent::Delivered(item) => item.version(),
+            Sent::Reported(version) => version,
+        }
+    }
+
+    fn constraints(&self) -> Option<Bytes> {
+        match self {
+            Sent::Delivered(item) => item.constraints(),
+            Sent::Reported(_) => None,
+        }
+    }
 }
 
 #[derive(Clone, Debug)]
@@ -114,16 +147,21 @@ pub(crate) struct TypeState {
 
     legacy_wildcard: bool,
     explicit_wildcard: bool,
-    names: BTreeMap<String, String>,
-    names_by_normal: BTreeMap<String, BTreeSet<String>>,
+    /// Plain-name subscriptions: spelling → normal form.
+    names: BTreeMap<Arc<str>, String>,
+    /// Spellings that differ from their normal form (xdstp context parameters out of order),
+    /// by normal form. A spelling in normal form is found in `names` directly.
+    names_by_normal: BTreeMap<String, BTreeSet<Arc<str>>>,
     locators: BTreeMap<(String, ParamSet), String>,
     locators_by_normal: BTreeMap<String, BTreeSet<(String, ParamSet)>>,
     globs: BTreeMap<String, Glob>,
 
     desired: BTreeMap<ItemKey, Item>,
-    by_normal: BTreeMap<String, BTreeSet<ItemKey>>,
+    /// The desired items of a resource (by normal name), except `ItemKey::Name(normal)`, which
+    /// is found directly: most resources need no entry here.
+    by_normal: BTreeMap<String, Vec<ItemKey>>,
     missing: BTreeSet<Missing>,
-    glob_members: BTreeMap<String, BTreeSet<String>>,
+    glob_members: BTreeMap<String, BTreeSet<Arc<str>>>,
 
     /// Resources (normal names) to look at again; everything when `full_refresh`.
     stale_normals: BTreeSet<String>,
@@ -135,6 +173,8 @@ pub(crate) struct TypeState {
 
     sent: BTreeMap<ItemKey, Sent>,
     reported_missing: BTreeSet<Missing>,
+    /// `sent` changed since the stream's status last copied it.
+    pub held_changed: bool,
 
     /// SotW: the last response's nonce and version; the version the client refused.
     pub last_nonce: Option<String>,
@@ -167,6 +207,7 @@ impl TypeState {
             force_send: false,
             sent: BTreeMap::new(),
             reported_missing: BTreeSet::new(),
+            held_changed: true,
             last_nonce: None,
             last_version: None,
             nacked_version: None,
@@ -228,15 +269,17 @@ impl TypeState {
     fn add_named(&mut self, spelling: &str, normal: String, params: Option<ParamSet>) {
         match params {
             None => {
+                let spelling: Arc<str> = Arc::from(spelling);
                 if self
                     .names
-                    .insert(spelling.to_owned(), normal.clone())
+                    .insert(spelling.clone(), normal.clone())
                     .is_none()
+                    && *spelling != *normal
                 {
                     self.names_by_normal
                         .entry(normal.clone())
                         .or_default()
-                        .insert(spelling.to_owned());
+                        .insert(spelling);
                 }
             }
             Some(params) => {
@@ -260,18 +303,16 @@ impl TypeState {
             self.reported_missing
                 .remove(&Missing::Glob(name.to_owned()));
             for member in members {
-                self.forget(&ItemKey::Name(member.clone()));
-                self.stale_normals.insert(member);
+                self.stale_normals.insert(member.to_string());
+                self.forget(&ItemKey::Name(member));
             }
             return;
         }
         match params {
             None => {
                 if let Some(normal) = self.names.remove(name) {
-                    if let Some(set) = self.names_by_normal.get_mut(&normal) {
-                        set.remove(name);
-                    }
-                    self.forget(&ItemKey::Name(name.to_owned()));
+                    remove_from(&mut self.names_by_normal, &normal, name);
+                    self.forget(&ItemKey::Name(Arc::from(name)));
                     self.missing.remove(&Missing::Name(name.to_owned()));
                     self.reported_missing
                         .remove(&Missing::Name(name.to_owned()));
@@ -281,13 +322,11 @@ impl TypeState {
             Some(params) => {
                 let key = (name.to_owned(), params);
                 if let Some(normal) = self.locators.remove(&key) {
-                    if let Some(set) = self.locators_by_normal.get_mut(&normal) {
-                        set.remove(&key);
-                    }
+                    remove_from(&mut self.locators_by_normal, &normal, &key);
                     let variants: Vec<ItemKey> = self
                         .sent
                         .keys()
-                        .filter(|k| matches!(k, ItemKey::Variant(n, _) if n == name))
+                        .filter(|k| matches!(k, ItemKey::Variant(n, _) if **n == *name))
                         .cloned()
                         .collect();
                     variants.iter().for_each(|k| self.forget(k));
@@ -301,7 +340,7 @@ impl TypeState {
     }
 
     fn forget(&mut self, key: &ItemKey) {
-        self.sent.remove(key);
+        self.held_changed |= self.sent.remove(key).is_some();
         self.dirty.remove(key);
     }
 
@@ -311,8 +350,17 @@ impl TypeState {
         names: &[String],
         locators: &[(String, ParamSet)],
     ) -> bool {
-        let wanted_names: BTreeSet<&String> = names.iter().filter(|n| *n != "*").collect();
-        let current_names: BTreeSet<&String> = self.names.keys().chain(self.globs.keys()).collect();
+        let wanted_names: BTreeSet<&str> = names
+            .iter()
+            .map(String::as_str)
+            .filter(|n| *n != "*")
+            .collect();
+        let current_names: BTreeSet<&str> = self
+            .names
+            .keys()
+            .map(|n| &**n)
+            .chain(self.globs.keys().map(String::as_str))
+            .collect();
         let wanted_locators: BTreeSet<&(String, ParamSet)> = locators.iter().collect();
         let current_locators: BTreeSet<&(String, ParamSet)> = self.locators.keys().collect();
         if wanted_names == current_names && wanted_locators == current_locators {
@@ -320,11 +368,11 @@ impl TypeState {
         }
         let drop_names: Vec<String> = current_names
             .difference(&wanted_names)
-            .map(|n| (*n).clone())
+            .map(|n| (*n).to_owned())
             .collect();
         let add_names: Vec<String> = wanted_names
             .difference(&current_names)
-            .map(|n| (*n).clone())
+            .map(|n| (*n).to_owned())
             .collect();
         let drop_locators: Vec<(String, ParamSet)> = current_locators
             .difference(&wanted_locators)
@@ -351,15 +399,11 @@ impl TypeState {
 
     /// Delta: what the client says it already has, at connect.
     pub fn client_has(&mut self, name: &str, version: &str) {
-        self.sent.insert(
-            ItemKey::Name(name.to_owned()),
-            Sent {
-                version: version.to_owned(),
-                wrapped: None,
-                constraints: None,
-            },
-        );
-        self.dirty.insert(ItemKey::Name(name.to_owned()));
+        let key = ItemKey::Name(Arc::from(name));
+        self.sent
+            .insert(key.clone(), Sent::Reported(Arc::from(version)));
+        self.dirty.insert(key);
+        self.held_changed = true;
     }
 
     pub fn interest(&self) -> Interest {
@@ -383,7 +427,7 @@ impl TypeState {
         } else if self.explicit_wildcard {
             out.push("*".to_owned());
         }
-        out.extend(self.names.keys().cloned());
+        out.extend(self.names.keys().map(|n| n.to_string()));
         out.extend(self.globs.keys().cloned());
         out.extend(
             self.locators
@@ -410,6 +454,7 @@ impl TypeState {
             self.full_refresh = false;
             let mut normals: BTreeSet<String> = std::mem::take(&mut self.stale_normals);
             normals.extend(self.by_normal.keys().cloned());
+            normals.extend(self.desired.values().map(|i| i.resource.key.name.clone()));
             normals.extend(self.names.values().cloned());
             normals.extend(self.locators.values().cloned());
             if self.wildcard() {
@@ -445,9 +490,13 @@ impl TypeState {
     }
 
     fn refresh_resource(&mut self, normal: &str, snapshot: &Snapshot) {
-        for key in self.by_normal.remove(normal).unwrap_or_default() {
-            self.desired.remove(&key);
-            self.dirty.insert(key);
+        let mut previous = self.by_normal.remove(normal).unwrap_or_default();
+        previous.push(ItemKey::Name(Arc::from(normal)));
+        for key in previous {
+            // The stored key, not the lookup's: keys stay shared.
+            if let Some((key, _)) = self.desired.remove_entry(&key) {
+                self.dirty.insert(key);
+            }
         }
         for members in self.glob_members.values_mut() {
             members.remove(normal);
@@ -466,8 +515,15 @@ impl TypeState {
             constrained,
         };
 
-        for spelling in self.names_by_normal.get(normal).into_iter().flatten() {
-            let m = Missing::Name(spelling.clone());
+        let in_normal_form = self
+            .names
+            .get_key_value(normal)
+            .map(|(spelling, _)| spelling);
+        let spellings = in_normal_form
+            .into_iter()
+            .chain(self.names_by_normal.get(normal).into_iter().flatten());
+        for spelling in spellings {
+            let m = Missing::Name(spelling.to_string());
             self.missing.remove(&m);
             match resolve(&self.default_params) {
                 Some((r, v)) => found.push((ItemKey::Name(spelling.clone()), item(r, v, false))),
@@ -480,7 +536,10 @@ impl TypeState {
             match resolve(params) {
                 Some((r, v)) => {
                     let id = r.variants[v].id;
-                    found.push((ItemKey::Variant(spelling.clone(), id), item(r, v, true)));
+                    found.push((
+                        ItemKey::Variant(Arc::from(spelling.as_str()), id),
+                        item(r, v, true),
+                    ));
                 }
                 None => missing.push(m),
             }
@@ -488,7 +547,7 @@ impl TypeState {
         if self.wildcard()
             && let Some((r, v)) = resolve(&self.default_params)
         {
-            found.push((ItemKey::Name(normal.to_owned()), item(r, v, false)));
+            found.push((ItemKey::Name(r.name.clone()), item(r, v, false)));
         }
         if resource.is_some()
             && let Ok(urn) = vxds_core::xdstp::XdstpUrn::parse(normal)
@@ -499,28 +558,32 @@ impl TypeState {
                 }
                 if let Some((r, v)) = resolve(&glob.params) {
                     let key = if glob.constrained {
-                        ItemKey::Variant(normal.to_owned(), r.variants[v].id)
+                        ItemKey::Variant(r.name.clone(), r.variants[v].id)
                     } else {
-                        ItemKey::Name(normal.to_owned())
+                        ItemKey::Name(r.name.clone())
                     };
-                    found.push((key, item(r, v, glob.constrained)));
                     self.glob_members
                         .entry(spelling.clone())
                         .or_default()
-                        .insert(normal.to_owned());
+                        .insert(r.name.clone());
+                    found.push((key, item(r, v, glob.constrained)));
                 }
             }
         }
         // One item per key: a name subscription wins over the wildcard and globs it overlaps.
-        let mut keys = BTreeSet::new();
+        let mut others: Vec<ItemKey> = Vec::new();
         for (key, item) in found {
-            if keys.insert(key.clone()) {
-                self.dirty.insert(key.clone());
-                self.desired.insert(key, item);
+            if self.desired.contains_key(&key) {
+                continue;
             }
+            if !key.is_named(normal) {
+                others.push(key.clone());
+            }
+            self.dirty.insert(key.clone());
+            self.desired.insert(key, item);
         }
-        if !keys.is_empty() {
-            self.by_normal.insert(normal.to_owned(), keys);
+        if !others.is_empty() {
+            self.by_normal.insert(normal.to_owned(), others);
         }
         self.missing.extend(missing);
     }
@@ -536,7 +599,7 @@ impl TypeState {
     fn pending_upserts(&self) -> impl Iterator<Item = (&ItemKey, &Item)> {
         self.dirty.iter().filter_map(|k| {
             let item = self.desired.get(k)?;
-            let current = self.sent.get(k).map(|s| s.version.as_str());
+            let current = self.sent.get(k).map(Sent::version);
             (current != Some(item.version())).then_some((k, item))
         })
     }
@@ -605,41 +668,28 @@ impl TypeState {
         wrap_all: bool,
         keep: Vec<(ItemKey, Sent)>,
     ) -> Option<SotwResponse> {
-        let mut entries: BTreeMap<ItemKey, (String, SotwEntry, Sent)> = BTreeMap::new();
-        for (key, item) in &self.desired {
-            let wrapped = item.wrapped(key.name());
-            let entry = if item.constrained || wrap_all {
-                SotwEntry::Wrapped(wrapped.clone())
+        let entry = |key: &ItemKey, item: &Item| {
+            if item.constrained || wrap_all {
+                SotwEntry::Wrapped(item.wrapped(key.name()))
             } else {
-                SotwEntry::Bare(wrapped.body.clone())
-            };
-            let constraints = match &wrapped.naming {
-                Naming::Constrained(c) => c.clone(),
-                Naming::Legacy => None,
-            };
-            let sent = Sent {
-                version: wrapped.version.clone(),
-                wrapped: Some(wrapped),
-                constraints,
-            };
-            entries.insert(key.clone(), (item.version().to_owned(), entry, sent));
+                SotwEntry::Bare(item.variant().body.clone())
+            }
+        };
+        let mut entries: BTreeMap<ItemKey, (SotwEntry, Item)> = BTreeMap::new();
+        for (key, item) in &self.desired {
+            entries.insert(key.clone(), (entry(key, item), item.clone()));
         }
         for (key, sent) in keep {
             // Kept for make-before-break; what the client reported but was never sent cannot be.
-            let Some(wrapped) = sent.wrapped.clone() else {
+            let Sent::Delivered(item) = sent else {
                 continue;
             };
-            let entry = if matches!(wrapped.naming, Naming::Constrained(_)) || wrap_all {
-                SotwEntry::Wrapped(wrapped.clone())
-            } else {
-                SotwEntry::Bare(wrapped.body.clone())
-            };
-            entries.insert(key, (sent.version.clone(), entry, sent));
+            entries.insert(key.clone(), (entry(&key, &item), item));
         }
         let mut parts: Vec<&[u8]> = vec![self.type_url.as_bytes()];
         let labels: Vec<String> = entries
             .iter()
-            .map(|(k, (v, _, _))| format!("{k:?}={v}"))
+            .map(|(k, (_, item))| format!("{k:?}={}", item.version()))
             .collect();
         parts.extend(labels.iter().map(|l| l.as_bytes()));
         let version = content_hash("vxds.sotw.v1", &parts);
@@ -653,8 +703,9 @@ impl TypeState {
         }
         self.sent = entries
             .iter()
-            .map(|(k, (_, _, s))| (k.clone(), s.clone()))
+            .map(|(k, (_, item))| (k.clone(), Sent::Delivered(item.clone())))
             .collect();
+        self.held_changed = true;
         self.dirty
             .retain(|k| self.sent.contains_key(k) && !self.desired.contains_key(k));
         self.last_version = Some(version.clone());
@@ -663,7 +714,7 @@ impl TypeState {
         self.outstanding.insert(nonce.to_owned(), version.clone());
         Some(SotwResponse {
             version_info: version,
-            resources: entries.into_values().map(|(_, e, _)| e).collect(),
+            resources: entries.into_values().map(|(e, _)| e).collect(),
             type_url: self.type_url.clone(),
             nonce: nonce.to_owned(),
         })
@@ -672,29 +723,21 @@ impl TypeState {
     /// Delta, make phase: additions and updates, and what the client subscribed to but does
     /// not exist. `None` when there is nothing to say.
     pub fn delta_make(&mut self, nonce: &str, system_version: &str) -> Option<DeltaResponse> {
-        let upserts: Vec<(ItemKey, Wrapped)> = self
+        let upserts: Vec<(ItemKey, Item)> = self
             .pending_upserts()
-            .map(|(k, item)| (k.clone(), item.wrapped(k.name())))
+            .map(|(k, item)| (k.clone(), item.clone()))
             .collect();
         let mut response = DeltaResponse::default();
-        for (key, wrapped) in upserts {
-            let constraints = match &wrapped.naming {
-                Naming::Constrained(c) => c.clone(),
-                Naming::Legacy => None,
-            };
-            self.sent.insert(
-                key.clone(),
-                Sent {
-                    version: wrapped.version.clone(),
-                    wrapped: Some(wrapped.clone()),
-                    constraints,
-                },
-            );
+        for (key, item) in upserts {
+            response.resources.push(item.wrapped(key.name()));
+            self.sent.insert(key.clone(), Sent::Delivered(item));
+            self.held_changed = true;
             self.dirty.remove(&key);
             // A resource that exists again is no longer reported missing.
-            self.reported_missing
-                .remove(&Missing::Name(key.name().to_owned()));
-            response.resources.push(wrapped);
+            if !self.reported_missing.is_empty() {
+                self.reported_missing
+                    .remove(&Missing::Name(key.name().to_string()));
+            }
         }
         // A variant replaced by another (TP2): the old one's removal goes in the same response
         // as the new one, so that the client swaps them atomically.
@@ -714,10 +757,11 @@ impl TypeState {
                 .collect();
         for key in replaced {
             let sent = self.sent.remove(&key);
+            self.held_changed = true;
             self.dirty.remove(&key);
             response.removed_resource_names.push(RemovedName {
-                name: key.name().to_owned(),
-                constraints: sent.and_then(|s| s.constraints),
+                name: key.name().to_string(),
+                constraints: sent.and_then(|s| s.constraints()),
             });
         }
         // Whatever is neither to send nor to remove needs no attention.
@@ -736,7 +780,11 @@ impl TypeState {
                 continue;
             }
             match &missing {
-                Missing::Name(name) if self.sent.contains_key(&ItemKey::Name(name.clone())) => {
+                Missing::Name(name)
+                    if self
+                        .sent
+                        .contains_key(&ItemKey::Name(Arc::from(name.as_str()))) =>
+                {
                     continue;
                 }
                 Missing::Name(name) => response.removed_resources.push(name.clone()),
@@ -744,7 +792,7 @@ impl TypeState {
                     let has_variant = self
                         .sent
                         .keys()
-                        .any(|k| matches!(k, ItemKey::Variant(n, _) if n == name));
+                        .any(|k| matches!(k, ItemKey::Variant(n, _) if **n == **name));
                     if has_variant {
                         continue;
                     }
@@ -781,17 +829,19 @@ impl TypeState {
         let mut response = DeltaResponse::default();
         for key in removals {
             let sent = self.sent.remove(&key);
+            self.held_changed = true;
             self.dirty.remove(&key);
             match &key {
                 ItemKey::Name(name) => {
-                    response.removed_resources.push(name.clone());
-                    if self.missing.contains(&Missing::Name(name.clone())) {
-                        self.reported_missing.insert(Missing::Name(name.clone()));
+                    response.removed_resources.push(name.to_string());
+                    let missing = Missing::Name(name.to_string());
+                    if self.missing.contains(&missing) {
+                        self.reported_missing.insert(missing);
                     }
                 }
                 ItemKey::Variant(name, _) => response.removed_resource_names.push(RemovedName {
-                    name: name.clone(),
-                    constraints: sent.and_then(|s| s.constraints),
+                    name: name.to_string(),
+                    constraints: sent.and_then(|s| s.constraints()),
                 }),
             }
         }
@@ -818,23 +868,38 @@ impl TypeState {
         Some(response)
     }
 
-    /// What the client has, for visibility: name, version, constraints (text) and body.
-    pub fn held(&self) -> Vec<(String, String, Option<String>, Option<Bytes>)> {
+    /// What the client has, for visibility. Every field is shared, not copied.
+    pub fn held(&self) -> Vec<HeldResource> {
         self.sent
             .iter()
             .map(|(key, sent)| {
-                let constraints = self
-                    .desired
-                    .get(key)
-                    .filter(|i| i.constrained)
-                    .map(|item| item.resource.variants[item.variant].constraints.to_string());
-                (
-                    key.name().to_owned(),
-                    sent.version.clone(),
-                    constraints,
-                    sent.wrapped.as_ref().map(|w| w.body.clone()),
-                )
+                let delivered = match sent {
+                    Sent::Delivered(item) => Some(item),
+                    Sent::Reported(_) => None,
+                };
+                HeldResource {
+                    name: key.name().clone(),
+                    version: sent.version().clone(),
+                    constraints: delivered
+                        .filter(|item| item.constrained)
+                        .and_then(|item| item.variant().constraints_text.clone()),
+                    body: delivered.map(|item| item.variant().body.clone()),
+                }
             })
             .collect()
+    }
+}
+
+/// Removes `value` from the set under `key`, and the set once empty.
+fn remove_from<V: Ord + std::borrow::Borrow<Q>, Q: Ord + ?Sized>(
+    map: &mut BTreeMap<String, BTreeSet<V>>,
+    key: &str,
+    value: &Q,
+) {
+    if let Some(set) = map.get_mut(key) {
+        set.remove(value);
+        if set.is_empty() {
+            map.remove(key);
+        }
     }
 }
