@@ -43,6 +43,7 @@ on_both_backends!(
     a_second_store_sees_the_first_ones_commits,
     concurrent_start_ups_migrate_once,
     an_unmigrated_store_says_so,
+    versions_are_content_hashes_the_same_everywhere,
 );
 
 fn route(name: &str, header: &str) -> Value {
@@ -806,4 +807,58 @@ async fn an_unmigrated_store_says_so(db: TestDb) {
     )
     .await
     .unwrap();
+}
+
+/// Delta clients compare per-resource versions across reconnects, to any replica: a version
+/// depends on the content only, never on the backend, the machine, the run or the spelling of
+/// the JSON. The pinned values prove it across backends and builds.
+async fn versions_are_content_hashes_the_same_everywhere(db: TestDb) {
+    let store = db.store().await;
+    store
+        .apply(
+            put_routes(&[(r#"env = "prod""#, "prod"), (r#"env != "prod""#, "other")]),
+            None,
+        )
+        .await
+        .unwrap();
+    let stored = store.get(&key(ROUTE, "r")).await.unwrap().unwrap();
+    let versions: Vec<&str> = stored.variants.iter().map(|v| v.version.as_str()).collect();
+    assert_eq!(versions, ["314c90738429b370", "c814c32ea37ba7a1"]);
+    assert_eq!(stored.version, "b8416aa3408c2bad");
+
+    // The same content spelled otherwise (constraint syntax, JSON key order) is the same
+    // version, and no revision.
+    let respelled = changeset(json!({"operations": [{
+        "op": "put", "type": "route", "name": "r",
+        "variants": [
+            {"resource": route("r", "prod"), "constraints": "(env = \"prod\")"},
+            {"constraints": {"not_constraints": {"constraint": {"key": "env", "value": "prod"}}},
+             "resource": route("r", "other")},
+        ],
+    }]}));
+    let applied = store.apply(respelled, None).await.unwrap();
+    assert!(applied.changes.is_empty(), "{applied:?}");
+
+    // The order of variants is the operator's and is kept, so reordering them is a revision;
+    // but no variant changes, so clients receive nothing new.
+    let reordered = changeset(json!({"operations": [{
+        "op": "put", "type": "route", "name": "r",
+        "variants": [
+            {"constraints": r#"env != "prod""#, "resource": route("r", "other")},
+            {"constraints": r#"env = "prod""#, "resource": route("r", "prod")},
+        ],
+    }]}));
+    store.apply(reordered, None).await.unwrap();
+    let after = store.get(&key(ROUTE, "r")).await.unwrap().unwrap();
+    let after: Vec<&str> = after.variants.iter().map(|v| v.version.as_str()).collect();
+    assert_eq!(after, ["c814c32ea37ba7a1", "314c90738429b370"]);
+    let versions = after;
+
+    // What streams send is the stored version.
+    let (index, task) = index::start(store.clone()).await.unwrap();
+    let snapshot = index.snapshot();
+    let indexed = snapshot.get(ROUTE, "r").unwrap();
+    let indexed: Vec<&str> = indexed.variants.iter().map(|v| &*v.version).collect();
+    assert_eq!(indexed, versions);
+    task.abort();
 }
