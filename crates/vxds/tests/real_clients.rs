@@ -410,6 +410,38 @@ async fn two_envoys_get_their_variants(prod_ads: Ads, test_ads: Ads) {
         prod["user_agent"].as_str().unwrap().starts_with("envoy"),
         "{prod}"
     );
+
+    // And Prometheus: two streams, acknowledged routes, push latency observed.
+    let metrics = client
+        .get(format!("{admin}/metrics"))
+        .send()
+        .await
+        .unwrap()
+        .text()
+        .await
+        .unwrap();
+    assert_eq!(sample_sum(&metrics, "vxds_xds_streams"), 2.0, "{metrics}");
+    assert!(
+        sample_sum(&metrics, "vxds_xds_acks_total") >= 8.0,
+        "{metrics}"
+    );
+    assert_eq!(
+        sample_sum(&metrics, "vxds_xds_nacks_total"),
+        0.0,
+        "{metrics}"
+    );
+    assert!(
+        sample_sum(&metrics, "vxds_xds_push_latency_seconds_count") >= 2.0,
+        "{metrics}"
+    );
+}
+
+/// The sum of a metric's samples over all label sets, in Prometheus text.
+fn sample_sum(text: &str, name: &str) -> f64 {
+    text.lines()
+        .filter(|line| line.split(['{', ' ']).next() == Some(name))
+        .filter_map(|line| line.rsplit(' ').next()?.parse::<f64>().ok())
+        .sum()
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
