@@ -1,9 +1,12 @@
-//! Fresh databases for tests, one per test, on both store backends.
+//! Fresh databases for tests, one per test, on both store backends; and `vxds serve` as a
+//! child process ([`serve`]).
 //!
 //! Postgres databases are created on the server at `DATABASE_URL` (default
 //! `postgres://postgres@127.0.0.1:5432/postgres`) and dropped afterwards, even when the test
 //! fails. A missing Postgres fails the test loudly: these tests are never skipped.
 #![forbid(unsafe_code)]
+
+pub mod serve;
 
 use std::future::Future;
 use std::panic::AssertUnwindSafe;

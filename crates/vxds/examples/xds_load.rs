@@ -17,7 +17,6 @@
 //! Results are written down in docs/benchmarks.md.
 
 use std::path::PathBuf;
-use std::process::{Child, Command, Stdio};
 use std::sync::Arc;
 use std::sync::atomic::{AtomicBool, AtomicU64, AtomicUsize, Ordering};
 use std::time::{Duration, Instant};
@@ -37,6 +36,7 @@ use vxds_envoy::pb::envoy::service::discovery::v3::{
     DeltaDiscoveryRequest, DeltaDiscoveryResponse, DiscoveryRequest, DiscoveryResponse,
 };
 use vxds_envoy::pb::xds::core::v3::ContextParams;
+use vxds_testkit::serve::ServeProcess;
 
 const ROUTE: &str = "type.googleapis.com/envoy.config.route.v3.RouteConfiguration";
 const CLUSTER: &str = "type.googleapis.com/envoy.config.cluster.v3.Cluster";
@@ -111,6 +111,29 @@ impl Shared {
         let seen = &self.seen[stream];
         seen.route_at.store(self.now(), Ordering::Relaxed);
         seen.route.store(round, Ordering::Release);
+    }
+
+    /// Records the round marker a response carries, if any.
+    fn observe<'a>(
+        &self,
+        stream: usize,
+        type_url: &str,
+        mut bodies: impl Iterator<Item = &'a [u8]>,
+    ) {
+        if type_url == ROUTE {
+            if let Some(round) = bodies.find_map(route_round) {
+                self.record_route(stream, round);
+            }
+        } else if let Some(round) = bodies.find_map(cluster_round) {
+            self.record_cluster(stream, round);
+        }
+    }
+
+    /// Whether the stream holds its route and the clusters.
+    fn configured(&self, stream: usize) -> bool {
+        let seen = &self.seen[stream];
+        seen.route.load(Ordering::Acquire) != u64::MAX
+            && seen.cluster.load(Ordering::Acquire) != u64::MAX
     }
 
     fn record_cluster(&self, stream: usize, round: u64) {
@@ -206,7 +229,6 @@ async fn run_sotw(
             .stream_aggregated_resources(ReceiverStream::new(rx))
             .await?
             .into_inner();
-        let mut initial = (false, false);
         let mut slot = Some(slot);
         while let Some(response) = responses.message().await? {
             let DiscoveryResponse {
@@ -216,30 +238,23 @@ async fn run_sotw(
                 resources,
                 ..
             } = response;
-            if type_url == ROUTE {
-                if let Some(round) = resources.iter().find_map(|any| route_round(&any.value)) {
-                    shared.record_route(stream, round);
-                    initial.0 = true;
-                }
-                tx.send(DiscoveryRequest {
-                    version_info,
-                    response_nonce: nonce,
-                    ..subscribe(ROUTE, vec![ROUTE_NAME.into()], None)
-                })
-                .await?;
+            shared.observe(
+                stream,
+                &type_url,
+                resources.iter().map(|any| any.value.as_slice()),
+            );
+            let names = if type_url == ROUTE {
+                vec![ROUTE_NAME.into()]
             } else {
-                if let Some(round) = resources.iter().find_map(|any| cluster_round(&any.value)) {
-                    shared.record_cluster(stream, round);
-                    initial.1 = true;
-                }
-                tx.send(DiscoveryRequest {
-                    version_info,
-                    response_nonce: nonce,
-                    ..subscribe(CLUSTER, vec![], None)
-                })
-                .await?;
-            }
-            if initial == (true, true) {
+                vec![]
+            };
+            tx.send(DiscoveryRequest {
+                version_info,
+                response_nonce: nonce,
+                ..subscribe(&type_url, names, None)
+            })
+            .await?;
+            if shared.configured(stream) {
                 slot.take(); // configured: the next stream may connect
             }
         }
@@ -279,7 +294,6 @@ async fn run_delta(
             .delta_aggregated_resources(ReceiverStream::new(rx))
             .await?
             .into_inner();
-        let mut initial = (false, false);
         let mut slot = Some(slot);
         while let Some(response) = responses.message().await? {
             let DeltaDiscoveryResponse {
@@ -292,21 +306,13 @@ async fn run_delta(
                 .iter()
                 .filter_map(|r| r.resource.as_ref())
                 .map(|any| any.value.as_slice());
-            if type_url == ROUTE {
-                if let Some(round) = bodies.filter_map(route_round).next() {
-                    shared.record_route(stream, round);
-                    initial.0 = true;
-                }
-            } else if let Some(round) = bodies.filter_map(cluster_round).next() {
-                shared.record_cluster(stream, round);
-                initial.1 = true;
-            }
+            shared.observe(stream, &type_url, bodies);
             tx.send(DeltaDiscoveryRequest {
                 response_nonce: nonce,
                 ..request(&type_url)
             })
             .await?;
-            if initial == (true, true) {
+            if shared.configured(stream) {
                 slot.take(); // configured: the next stream may connect
             }
         }
@@ -325,56 +331,6 @@ fn report_end(stream: usize, result: anyhow::Result<()>, shared: &Shared) {
             eprintln!("stream {stream} failed: {error:#}");
         }
     }
-}
-
-/// `vxds serve` as a child process; its admin URL and xDS address from its log.
-fn start_server(
-    binary: &PathBuf,
-    dir: &std::path::Path,
-) -> anyhow::Result<(Child, String, String)> {
-    use std::io::{BufRead, BufReader};
-    let database = format!("sqlite://{}", dir.join("load.db").display());
-    let mut child = Command::new(binary)
-        .args([
-            "serve",
-            "--admin-addr",
-            "127.0.0.1:0",
-            "--xds-addr",
-            "127.0.0.1:0",
-            "--database-url",
-            &database,
-        ])
-        .env("RUST_LOG", "info")
-        .stdout(Stdio::null())
-        .stderr(Stdio::piped())
-        .spawn()
-        .with_context(|| {
-            format!(
-                "starting {} (build it: cargo build --release -p vxds)",
-                binary.display()
-            )
-        })?;
-    let mut lines = BufReader::new(child.stderr.take().context("server stderr")?).lines();
-    let (mut admin, mut xds) = (None, None);
-    while admin.is_none() || xds.is_none() {
-        let Some(line) = lines.next() else {
-            bail!("vxds serve exited before listening")
-        };
-        let line = line?;
-        let addr = line.split("addr=").nth(1).map(|a| a.trim().to_owned());
-        if line.contains("admin API listening") {
-            admin = addr;
-        } else if line.contains("xDS server listening") {
-            xds = addr;
-        }
-    }
-    // Keep draining the log so the server never blocks on a full pipe.
-    std::thread::spawn(move || lines.map_while(Result::ok).for_each(drop));
-    Ok((
-        child,
-        format!("http://{}", admin.context("admin addr")?),
-        format!("http://{}", xds.context("xds addr")?),
-    ))
 }
 
 /// Resident and peak memory (MiB) and CPU seconds of a process, from /proc.
@@ -438,12 +394,14 @@ async fn main() -> anyhow::Result<()> {
         PathBuf::from(env!("CARGO_MANIFEST_DIR")).join("../../target/release/vxds")
     });
     let dir = tempfile::tempdir()?;
-    let (mut server, admin, xds) = start_server(&binary, dir.path())?;
-    let pid = server.id();
-    let result = run(&args, pid, &admin, &xds).await;
-    let _ = server.kill();
-    let _ = server.wait();
-    result
+    let server = ServeProcess::start(&binary, dir.path(), &[]).with_context(|| {
+        format!(
+            "starting {} (build it: cargo build --release -p vxds)",
+            binary.display()
+        )
+    })?;
+    let xds = format!("http://{}", server.xds_addr);
+    run(&args, server.child.id(), &server.admin_url, &xds).await
 }
 
 async fn run(args: &Args, pid: u32, admin: &str, xds: &str) -> anyhow::Result<()> {

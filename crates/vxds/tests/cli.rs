@@ -3,11 +3,11 @@
 
 #![allow(clippy::unwrap_used)] // tests fail loudly on purpose
 
-use std::io::{BufRead, BufReader};
 use std::path::{Path, PathBuf};
-use std::process::{Child, Command, Output, Stdio};
+use std::process::{Command, Output};
 use std::time::{Duration, Instant};
 
+use vxds_testkit::serve::ServeProcess;
 use vxds_testkit::{TestDb, on_both_backends};
 
 fn vxds() -> Command {
@@ -218,9 +218,9 @@ async fn prune_deletes_what_the_fixtures_omit(db: TestDb) {
     );
 }
 
-/// A `vxds serve` process on an ephemeral port.
+/// A `vxds serve` process on ephemeral ports, with its own directory.
 struct Server {
-    child: Child,
+    process: ServeProcess,
     base: String,
     _dir: tempfile::TempDir,
 }
@@ -228,48 +228,13 @@ struct Server {
 impl Server {
     fn start(extra: &[&str]) -> Server {
         let dir = tempfile::tempdir().unwrap();
-        let db = format!("sqlite://{}", dir.path().join("vxds.db").display());
-        let mut child = vxds()
-            .args([
-                "serve",
-                "--admin-addr",
-                "127.0.0.1:0",
-                "--database-url",
-                &db,
-            ])
-            .args(extra)
-            .env("RUST_LOG", "info")
-            .stderr(Stdio::piped())
-            .spawn()
-            .unwrap();
-        let stderr = child.stderr.take().unwrap();
-        let mut lines = BufReader::new(stderr).lines();
-        let deadline = Instant::now() + Duration::from_secs(30);
-        let base = loop {
-            assert!(Instant::now() < deadline, "vxds serve did not start");
-            let line = lines.next().expect("vxds serve exited early").unwrap();
-            if let Some(addr) = line
-                .split("addr=")
-                .nth(1)
-                .filter(|_| line.contains("admin API listening"))
-            {
-                break format!("http://{}", addr.trim());
-            }
-        };
-        // Keep draining the log so the server never blocks on a full pipe.
-        std::thread::spawn(move || lines.for_each(drop));
+        let binary = Path::new(env!("CARGO_BIN_EXE_vxds"));
+        let process = ServeProcess::start(binary, dir.path(), extra).unwrap();
         Server {
-            child,
-            base,
+            base: process.admin_url.clone(),
+            process,
             _dir: dir,
         }
-    }
-}
-
-impl Drop for Server {
-    fn drop(&mut self) {
-        let _ = self.child.kill();
-        let _ = self.child.wait();
     }
 }
 
@@ -357,7 +322,7 @@ fn serve_refuses_an_open_admin_address_without_tokens() {
 #[test]
 fn serve_stops_gracefully_on_sigterm() {
     let mut server = Server::start(&[]);
-    let pid = server.child.id().to_string();
+    let pid = server.process.child.id().to_string();
     assert!(
         Command::new("kill")
             .args(["-TERM", &pid])
@@ -367,7 +332,7 @@ fn serve_stops_gracefully_on_sigterm() {
     );
     let deadline = Instant::now() + Duration::from_secs(10);
     loop {
-        if let Some(status) = server.child.try_wait().unwrap() {
+        if let Some(status) = server.process.child.try_wait().unwrap() {
             assert!(status.success(), "{status}");
             break;
         }

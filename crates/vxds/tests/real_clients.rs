@@ -18,13 +18,13 @@
 
 #![allow(clippy::unwrap_used)] // tests fail loudly on purpose
 
-use std::io::{BufRead, BufReader};
 use std::net::TcpListener;
 use std::path::{Path, PathBuf};
 use std::process::{Child, Command, Stdio};
 use std::time::{Duration, Instant};
 
 use serde_json::{Value, json};
+use vxds_testkit::serve::{ServeProcess, print_tail};
 
 const ROUTE: &str = "type.googleapis.com/envoy.config.route.v3.RouteConfiguration";
 const LISTENER: &str = "type.googleapis.com/envoy.config.listener.v3.Listener";
@@ -92,77 +92,17 @@ impl Drop for Process {
         let _ = self.child.kill();
         let _ = self.child.wait();
         if std::thread::panicking() {
-            let log = std::fs::read_to_string(&self.log).unwrap_or_default();
-            let tail: Vec<&str> = log.lines().rev().take(60).collect();
-            eprintln!("---- {} log (last lines) ----", self.name);
-            for line in tail.into_iter().rev() {
-                eprintln!("{line}");
-            }
+            print_tail(self.name, &self.log);
         }
     }
 }
 
 /// `vxds serve` on ephemeral ports; returns the admin base URL and the xDS port.
-fn start_vxds(dir: &Path, extra_args: &[&str]) -> (Process, String, u16) {
-    let log = dir.join("vxds.log");
-    let db = format!("sqlite://{}", dir.join("vxds.db").display());
-    let mut child = Command::new(env!("CARGO_BIN_EXE_vxds"))
-        .args([
-            "serve",
-            "--admin-addr",
-            "127.0.0.1:0",
-            "--xds-addr",
-            "127.0.0.1:0",
-            "--database-url",
-            &db,
-        ])
-        .args(extra_args)
-        .env("RUST_LOG", "info")
-        .stderr(Stdio::piped())
-        .spawn()
-        .unwrap();
-    let stderr = child.stderr.take().unwrap();
-    let mut lines = BufReader::new(stderr).lines();
-    let (mut admin, mut xds) = (None, None);
-    let mut captured = String::new();
-    let deadline = Instant::now() + WAIT;
-    while admin.is_none() || xds.is_none() {
-        assert!(
-            Instant::now() < deadline,
-            "vxds serve did not start:\n{captured}"
-        );
-        let line = lines.next().expect("vxds serve exited early").unwrap();
-        captured.push_str(&line);
-        captured.push('\n');
-        let addr = line.split("addr=").nth(1).map(|a| a.trim().to_owned());
-        if line.contains("admin API listening") {
-            admin = addr;
-        } else if line.contains("xDS server listening") {
-            xds = addr;
-        }
-    }
-    let log_path = log.clone();
-    std::fs::write(&log, &captured).unwrap();
-    std::thread::spawn(move || {
-        use std::io::Write;
-        let mut file = std::fs::OpenOptions::new()
-            .append(true)
-            .open(log_path)
-            .unwrap();
-        for line in lines.map_while(Result::ok) {
-            let _ = writeln!(file, "{line}");
-        }
-    });
-    let xds_port = xds.unwrap().rsplit(':').next().unwrap().parse().unwrap();
-    (
-        Process {
-            child,
-            log,
-            name: "vxds",
-        },
-        format!("http://{}", admin.unwrap()),
-        xds_port,
-    )
+fn start_vxds(dir: &Path, extra_args: &[&str]) -> (ServeProcess, String, u16) {
+    let binary = Path::new(env!("CARGO_BIN_EXE_vxds"));
+    let process = ServeProcess::start(binary, dir, extra_args).unwrap();
+    let (admin, xds_port) = (process.admin_url.clone(), process.xds_addr.port());
+    (process, admin, xds_port)
 }
 
 #[derive(Clone, Copy, Debug)]
