@@ -8,7 +8,7 @@ use vxds_store::{Applied, ApplyError};
 use crate::AdminState;
 use crate::auth::Caller;
 use crate::body::Payload;
-use crate::problem::{ApiError, ProblemBody, ProblemItem};
+use crate::problem::{ApiError, ProblemBody, ProblemItem, WriteProblems};
 use crate::repr::{WriteResult, change_repr};
 
 /// Applies through the store and counts the outcome.
@@ -52,14 +52,9 @@ pub fn record(
     )),
     responses(
         (status = 200, description = "Applied (or, with `dry_run`, validated); `changed` is empty when nothing changed", body = WriteResult),
-        (status = 400, description = "Malformed", body = ProblemBody, content_type = "application/problem+json"),
-        (status = 401, description = "No valid token", body = ProblemBody, content_type = "application/problem+json"),
-        (status = 403, description = "A read-only token", body = ProblemBody, content_type = "application/problem+json"),
         (status = 409, description = "`expected_revision` or an `expected_version` did not hold; nothing was written", body = ProblemBody, content_type = "application/problem+json"),
-        (status = 413, description = "The body is too large", body = ProblemBody, content_type = "application/problem+json"),
-        (status = 415, description = "Neither JSON nor YAML", body = ProblemBody, content_type = "application/problem+json"),
         (status = 422, description = "Rules refused it; every problem is listed, each with a JSON pointer", body = ProblemBody, content_type = "application/problem+json"),
-        (status = 503, description = "The store is unavailable", body = ProblemBody, content_type = "application/problem+json"),
+        WriteProblems,
     ),
     security(("bearer" = []), ())
 )]

@@ -31,6 +31,72 @@ pub struct ProblemBody {
     pub warnings: Vec<ProblemItem>,
 }
 
+/// The problems every endpoint that reads the store may answer with (OpenAPI only).
+#[derive(Debug, utoipa::IntoResponses)]
+#[allow(
+    dead_code,
+    reason = "describes responses for the OpenAPI document; never built"
+)]
+pub enum ReadProblems {
+    #[response(
+        status = 401,
+        description = "No valid token",
+        content_type = "application/problem+json"
+    )]
+    Unauthorized(ProblemBody),
+    #[response(
+        status = 503,
+        description = "The store is unavailable",
+        content_type = "application/problem+json"
+    )]
+    Unavailable(ProblemBody),
+}
+
+/// The problems every endpoint that writes with a request body may answer with (OpenAPI only).
+#[derive(Debug, utoipa::IntoResponses)]
+#[allow(
+    dead_code,
+    reason = "describes responses for the OpenAPI document; never built"
+)]
+pub enum WriteProblems {
+    #[response(
+        status = 400,
+        description = "Malformed",
+        content_type = "application/problem+json"
+    )]
+    Malformed(ProblemBody),
+    #[response(
+        status = 401,
+        description = "No valid token",
+        content_type = "application/problem+json"
+    )]
+    Unauthorized(ProblemBody),
+    #[response(
+        status = 403,
+        description = "A read-only token",
+        content_type = "application/problem+json"
+    )]
+    Forbidden(ProblemBody),
+    #[response(
+        status = 413,
+        description = "The body is too large",
+        content_type = "application/problem+json"
+    )]
+    TooLarge(ProblemBody),
+    #[response(
+        status = 415,
+        description = "Neither JSON nor YAML",
+        content_type = "application/problem+json"
+    )]
+    UnsupportedMediaType(ProblemBody),
+    #[response(
+        status = 503,
+        description = "The store is unavailable",
+        content_type = "application/problem+json"
+    )]
+    Unavailable(ProblemBody),
+}
+
 /// One problem with a request.
 #[derive(Clone, Debug, PartialEq, Eq, Serialize, ToSchema)]
 pub struct ProblemItem {

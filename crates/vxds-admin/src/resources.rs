@@ -19,7 +19,7 @@ use vxds_store::{ApplyError, ChangeKind, ListQuery, ResourceKey};
 use crate::AdminState;
 use crate::auth::Caller;
 use crate::body::Payload;
-use crate::problem::{ApiError, ProblemBody};
+use crate::problem::{ApiError, ProblemBody, ReadProblems, WriteProblems};
 use crate::query::Query;
 use crate::repr::{ChangeRepr, ResourceRepr, WriteResult, change_repr, resource_repr, timestamp};
 
@@ -145,8 +145,7 @@ fn decode_cursor(cursor: &str) -> Result<ResourceKey, ApiError> {
     responses(
         (status = 200, description = "A page of resources", body = ResourceList),
         (status = 400, description = "A bad parameter", body = ProblemBody, content_type = "application/problem+json"),
-        (status = 401, description = "No valid token", body = ProblemBody, content_type = "application/problem+json"),
-        (status = 503, description = "The store is unavailable", body = ProblemBody, content_type = "application/problem+json"),
+        ReadProblems,
     ),
     security(("bearer" = []), ())
 )]
@@ -239,9 +238,8 @@ fn entity_tags(headers: &HeaderMap, name: header::HeaderName) -> Option<Option<V
         (status = 200, description = "The resource", body = ResourceRepr, headers(("ETag" = String, description = "The resource version"))),
         (status = 304, description = "Unchanged since the `If-None-Match` tag"),
         (status = 400, description = "A bad parameter", body = ProblemBody, content_type = "application/problem+json"),
-        (status = 401, description = "No valid token", body = ProblemBody, content_type = "application/problem+json"),
         (status = 404, description = "No such resource", body = ProblemBody, content_type = "application/problem+json"),
-        (status = 503, description = "The store is unavailable", body = ProblemBody, content_type = "application/problem+json"),
+        ReadProblems,
     ),
     security(("bearer" = []), ())
 )]
@@ -344,14 +342,9 @@ async fn expected_version(
     responses(
         (status = 200, description = "Replaced (or unchanged)", body = PutResult, headers(("ETag" = String))),
         (status = 201, description = "Created", body = PutResult, headers(("ETag" = String))),
-        (status = 400, description = "Malformed", body = ProblemBody, content_type = "application/problem+json"),
-        (status = 401, description = "No valid token", body = ProblemBody, content_type = "application/problem+json"),
-        (status = 403, description = "A read-only token", body = ProblemBody, content_type = "application/problem+json"),
         (status = 409, description = "`If-Match` did not hold; nothing was written", body = ProblemBody, content_type = "application/problem+json"),
-        (status = 413, description = "The body is too large", body = ProblemBody, content_type = "application/problem+json"),
-        (status = 415, description = "Neither JSON nor YAML", body = ProblemBody, content_type = "application/problem+json"),
         (status = 422, description = "A rule refused it; every problem is listed", body = ProblemBody, content_type = "application/problem+json"),
-        (status = 503, description = "The store is unavailable", body = ProblemBody, content_type = "application/problem+json"),
+        WriteProblems,
     ),
     security(("bearer" = []), ())
 )]
@@ -430,12 +423,11 @@ pub async fn put(
     responses(
         (status = 200, description = "Deleted", body = WriteResult),
         (status = 400, description = "A bad parameter", body = ProblemBody, content_type = "application/problem+json"),
-        (status = 401, description = "No valid token", body = ProblemBody, content_type = "application/problem+json"),
         (status = 403, description = "A read-only token", body = ProblemBody, content_type = "application/problem+json"),
         (status = 404, description = "No such resource", body = ProblemBody, content_type = "application/problem+json"),
         (status = 409, description = "`If-Match` did not hold; nothing was written", body = ProblemBody, content_type = "application/problem+json"),
         (status = 422, description = "A rule refused it (e.g. the aggregate graph)", body = ProblemBody, content_type = "application/problem+json"),
-        (status = 503, description = "The store is unavailable", body = ProblemBody, content_type = "application/problem+json"),
+        ReadProblems,
     ),
     security(("bearer" = []), ())
 )]

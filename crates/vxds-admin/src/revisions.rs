@@ -6,7 +6,7 @@ use serde::{Deserialize, Serialize};
 use utoipa::{IntoParams, ToSchema};
 
 use crate::AdminState;
-use crate::problem::{ApiError, ProblemBody};
+use crate::problem::{ApiError, ProblemBody, ReadProblems};
 use crate::query::{PathParams, Query};
 use crate::repr::{RevisionRepr, revision_repr};
 
@@ -39,8 +39,7 @@ pub struct RevisionList {
     responses(
         (status = 200, description = "Revisions", body = RevisionList),
         (status = 400, description = "A bad parameter", body = ProblemBody, content_type = "application/problem+json"),
-        (status = 401, description = "No valid token", body = ProblemBody, content_type = "application/problem+json"),
-        (status = 503, description = "The store is unavailable", body = ProblemBody, content_type = "application/problem+json"),
+        ReadProblems,
     ),
     security(("bearer" = []), ())
 )]
@@ -84,9 +83,8 @@ pub async fn list(
     responses(
         (status = 200, description = "The revision", body = RevisionRepr),
         (status = 400, description = "Not a revision number", body = ProblemBody, content_type = "application/problem+json"),
-        (status = 401, description = "No valid token", body = ProblemBody, content_type = "application/problem+json"),
         (status = 404, description = "No such revision", body = ProblemBody, content_type = "application/problem+json"),
-        (status = 503, description = "The store is unavailable", body = ProblemBody, content_type = "application/problem+json"),
+        ReadProblems,
     ),
     security(("bearer" = []), ())
 )]
