@@ -34,7 +34,8 @@ use vxds_envoy::pb::envoy::service::discovery::v3::{DeltaDiscoveryRequest, Disco
 use vxds_store::Snapshot;
 
 pub use type_state::Interest;
-use type_state::{Ack, TypeState};
+pub(crate) use type_state::Sent;
+use type_state::{Ack, HeldChanges, TypeState};
 
 use crate::params::{locator_params, node_params};
 use crate::status::{Acked, ClientStatus, Nacked, SentVersion, TypeStatus};
@@ -464,8 +465,13 @@ impl StreamMachine {
             entry.subscriptions = ty.describe_subscriptions();
             entry.params = ty.default_params.0.clone();
         }
-        if std::mem::take(&mut ty.held_changed) {
-            entry.resources = ty.held();
+        match ty.take_held_changes() {
+            HeldChanges::All => entry.resources = ty.held().collect(),
+            HeldChanges::Some(changes) => {
+                for (key, held) in changes {
+                    entry.resources.apply(key, held);
+                }
+            }
         }
     }
 }

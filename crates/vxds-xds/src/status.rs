@@ -5,6 +5,9 @@ use std::sync::Arc;
 
 use bytes::Bytes;
 use serde::Serialize;
+use vxds_core::ConstraintsId;
+
+use crate::machine::Sent;
 
 /// One connected stream.
 #[derive(Clone, Debug, Default, Serialize)]
@@ -37,7 +40,52 @@ pub struct TypeStatus {
     /// The last response the client refused, and why.
     pub last_nacked: Option<Nacked>,
     /// What the client holds, as far as the server knows.
-    pub resources: Vec<HeldResource>,
+    #[cfg_attr(feature = "openapi", schema(value_type = Vec<HeldResource>))]
+    pub resources: HeldResources,
+}
+
+/// A held resource's identity: its name, and its variant when it was subscribed by locator.
+pub type HeldKey = (Arc<str>, Option<ConstraintsId>);
+
+/// What a client holds of one type. Kept up to date change by change, so that a response
+/// costs the stream work for what it carries, not for everything the client holds; and held
+/// as references into the index, made readable only when someone reads it.
+#[derive(Clone, Debug, Default)]
+pub struct HeldResources(BTreeMap<HeldKey, Sent>);
+
+impl HeldResources {
+    pub fn iter(&self) -> impl Iterator<Item = HeldResource> + '_ {
+        self.0.iter().map(|((name, _), sent)| sent.held(name))
+    }
+
+    pub fn len(&self) -> usize {
+        self.0.len()
+    }
+
+    pub fn is_empty(&self) -> bool {
+        self.0.is_empty()
+    }
+
+    /// Records that the client now holds `held` under `key`, or (`None`) no longer holds it.
+    pub(crate) fn apply(&mut self, key: HeldKey, held: Option<Sent>) {
+        match held {
+            Some(held) => self.0.insert(key, held),
+            None => self.0.remove(&key),
+        };
+    }
+}
+
+impl FromIterator<(HeldKey, Sent)> for HeldResources {
+    fn from_iter<I: IntoIterator<Item = (HeldKey, Sent)>>(iter: I) -> Self {
+        Self(iter.into_iter().collect())
+    }
+}
+
+/// A list of resources, as operators read it.
+impl Serialize for HeldResources {
+    fn serialize<S: serde::Serializer>(&self, serializer: S) -> Result<S::Ok, S::Error> {
+        serializer.collect_seq(self.iter())
+    }
 }
 
 #[derive(Clone, Debug, Default, Serialize)]

@@ -84,6 +84,10 @@ impl ConstraintsId {
         Self(id)
     }
 
+    /// The least and the greatest identities, bounds for range queries over maps keyed by them.
+    pub const MIN: Self = Self([0; 8]);
+    pub const MAX: Self = Self([u8::MAX; 8]);
+
     pub fn as_bytes(&self) -> &[u8; 8] {
         &self.0
     }

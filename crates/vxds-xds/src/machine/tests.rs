@@ -978,3 +978,54 @@ fn limits_refuse_with_clear_errors() {
     );
     assert!(m.on_sotw_request(sotw_request("", &[], "", "")).is_ok());
 }
+
+#[test]
+fn the_status_mirrors_what_the_client_holds() {
+    let held = |m: &StreamMachine| -> Vec<(String, String, Option<String>)> {
+        let status = m.status();
+        let status = status.lock().unwrap();
+        status.types[0]
+            .resources
+            .iter()
+            .map(|r| {
+                let constraints = r.constraints.as_ref().map(|c| c.to_string());
+                (r.name.to_string(), r.version.to_string(), constraints)
+            })
+            .collect()
+    };
+    let versions = |r: &DeltaDiscoveryResponse| -> Vec<(String, String, Option<String>)> {
+        r.resources
+            .iter()
+            .map(|r| (r.name.clone(), r.version.clone(), None))
+            .collect()
+    };
+    let mut world = World::new();
+    world.apply(json!([
+        put("cluster", "a", &[("*", cluster("a"))]),
+        put("cluster", "b", &[("*", cluster("b"))])
+    ]));
+    let mut m = delta_machine();
+    m.on_delta_request(delta_request(CLUSTER, &[], &[], ""))
+        .unwrap();
+    let first = delta(&m.poll(&world.snapshot)[0]);
+    assert_eq!(held(&m), versions(&first));
+    m.on_delta_request(delta_request(CLUSTER, &[], &[], &first.nonce))
+        .unwrap();
+
+    // a goes, c comes: c is held at once, a until the break phase has removed it.
+    let changed = world.apply(json!([
+        delete("cluster", "a"),
+        put("cluster", "c", &[("*", cluster("c"))])
+    ]));
+    m.on_changes(&changed);
+    let make = delta(&m.poll(&world.snapshot)[0]);
+    assert_eq!(make.resources[0].name, "c");
+    let names = |m: &StreamMachine| held(m).into_iter().map(|h| h.0).collect::<Vec<_>>();
+    assert_eq!(names(&m), ["a", "b", "c"]);
+    m.on_delta_request(delta_request(CLUSTER, &[], &[], &make.nonce))
+        .unwrap();
+    let removal = delta(&m.poll(&world.snapshot)[0]);
+    assert_eq!(removal.removed_resources, ["a"]);
+    assert_eq!(names(&m), ["b", "c"]);
+    assert_eq!(held(&m)[1], versions(&make)[0]);
+}

@@ -17,7 +17,7 @@ use vxds_core::{ConstraintsId, ParamSet};
 use vxds_envoy::resource::content_hash;
 use vxds_store::{IndexedResource, IndexedVariant, Snapshot};
 
-use crate::status::HeldResource;
+use crate::status::{HeldKey, HeldResource};
 use crate::wire::{DeltaResponse, Naming, RemovedName, SotwEntry, SotwResponse, Wrapped};
 
 /// What a client tracks. Names are shared (with the index, or with the subscription), since
@@ -40,6 +40,13 @@ impl ItemKey {
     fn is_named(&self, name: &str) -> bool {
         matches!(self, ItemKey::Name(n) if **n == *name)
     }
+
+    fn held_key(&self) -> HeldKey {
+        match self {
+            ItemKey::Name(n) => (n.clone(), None),
+            ItemKey::Variant(n, id) => (n.clone(), Some(*id)),
+        }
+    }
 }
 
 /// A subscription that currently matches nothing.
@@ -51,7 +58,7 @@ pub(crate) enum Missing {
 }
 
 #[derive(Clone, Debug)]
-struct Item {
+pub(crate) struct Item {
     resource: Arc<IndexedResource>,
     variant: usize,
     /// Named with its constraints (locator subscriptions) or the legacy way.
@@ -92,7 +99,7 @@ impl Item {
 
 /// What the client has of an item.
 #[derive(Clone, Debug)]
-enum Sent {
+pub(crate) enum Sent {
     /// Sent on this stream: the variant as the snapshot of the time held it.
     Delivered(Item),
     /// What the client said it had at connect (`initial_resource_versions`); never sent here.
@@ -113,6 +120,31 @@ impl Sent {
             Sent::Reported(_) => None,
         }
     }
+
+    /// As operators see it, under `name`. Every field is shared, not copied.
+    pub(crate) fn held(&self, name: &Arc<str>) -> HeldResource {
+        let delivered = match self {
+            Sent::Delivered(item) => Some(item),
+            Sent::Reported(_) => None,
+        };
+        HeldResource {
+            name: name.clone(),
+            version: self.version().clone(),
+            constraints: delivered
+                .filter(|item| item.constrained)
+                .and_then(|item| item.variant().constraints_text.clone()),
+            body: delivered.map(|item| item.variant().body.clone()),
+        }
+    }
+}
+
+/// What changed in what the client holds since the status last looked.
+#[derive(Debug)]
+pub(crate) enum HeldChanges {
+    /// Everything may have: copy it all (SotW replaces its whole state anyway).
+    All,
+    /// These, in order; `None` for what the client no longer holds.
+    Some(Vec<(HeldKey, Option<Sent>)>),
 }
 
 #[derive(Clone, Debug)]
@@ -173,8 +205,8 @@ pub(crate) struct TypeState {
 
     sent: BTreeMap<ItemKey, Sent>,
     reported_missing: BTreeSet<Missing>,
-    /// `sent` changed since the stream's status last copied it.
-    pub held_changed: bool,
+    /// How `sent` changed since the stream's status last looked.
+    held_changes: HeldChanges,
 
     /// SotW: the last response's nonce and version; the version the client refused.
     pub last_nonce: Option<String>,
@@ -207,7 +239,7 @@ impl TypeState {
             force_send: false,
             sent: BTreeMap::new(),
             reported_missing: BTreeSet::new(),
-            held_changed: true,
+            held_changes: HeldChanges::All,
             last_nonce: None,
             last_version: None,
             nacked_version: None,
@@ -323,12 +355,8 @@ impl TypeState {
                 let key = (name.to_owned(), params);
                 if let Some(normal) = self.locators.remove(&key) {
                     remove_from(&mut self.locators_by_normal, &normal, &key);
-                    let variants: Vec<ItemKey> = self
-                        .sent
-                        .keys()
-                        .filter(|k| matches!(k, ItemKey::Variant(n, _) if **n == *name))
-                        .cloned()
-                        .collect();
+                    let variants: Vec<ItemKey> =
+                        self.sent_variants(&Arc::from(name)).cloned().collect();
                     variants.iter().for_each(|k| self.forget(k));
                     let missing = Missing::Locator(key.0, key.1);
                     self.missing.remove(&missing);
@@ -340,8 +368,42 @@ impl TypeState {
     }
 
     fn forget(&mut self, key: &ItemKey) {
-        self.held_changed |= self.sent.remove(key).is_some();
+        self.unsend(key);
         self.dirty.remove(key);
+    }
+
+    /// The variants of `name` the client holds (locator subscriptions), found by range.
+    fn sent_variants(&self, name: &Arc<str>) -> impl Iterator<Item = &ItemKey> {
+        let first = ItemKey::Variant(name.clone(), ConstraintsId::MIN);
+        let last = ItemKey::Variant(name.clone(), ConstraintsId::MAX);
+        self.sent.range(first..=last).map(|(key, _)| key)
+    }
+
+    /// Records that the client holds `sent` under `key`.
+    fn send(&mut self, key: ItemKey, sent: Sent) {
+        self.log_held(&key, Some(sent.clone()));
+        self.sent.insert(key, sent);
+    }
+
+    /// Records that the client no longer holds `key`.
+    fn unsend(&mut self, key: &ItemKey) -> Option<Sent> {
+        let sent = self.sent.remove(key)?;
+        self.log_held(key, None);
+        Some(sent)
+    }
+
+    fn log_held(&mut self, key: &ItemKey, held: Option<Sent>) {
+        if let HeldChanges::Some(changes) = &mut self.held_changes {
+            changes.push((key.held_key(), held));
+            // A status nobody reads must not grow past what it describes.
+            if changes.len() > self.sent.len() + 16 {
+                self.held_changes = HeldChanges::All;
+            }
+        }
+    }
+
+    pub fn take_held_changes(&mut self) -> HeldChanges {
+        std::mem::replace(&mut self.held_changes, HeldChanges::Some(Vec::new()))
     }
 
     /// SotW: the subscriptions become exactly these. Returns whether they changed.
@@ -400,10 +462,8 @@ impl TypeState {
     /// Delta: what the client says it already has, at connect.
     pub fn client_has(&mut self, name: &str, version: &str) {
         let key = ItemKey::Name(Arc::from(name));
-        self.sent
-            .insert(key.clone(), Sent::Reported(Arc::from(version)));
+        self.send(key.clone(), Sent::Reported(Arc::from(version)));
         self.dirty.insert(key);
-        self.held_changed = true;
     }
 
     pub fn interest(&self) -> Interest {
@@ -490,8 +550,11 @@ impl TypeState {
     }
 
     fn refresh_resource(&mut self, normal: &str, snapshot: &Snapshot) {
+        let resource = snapshot.get(&self.type_url, normal).cloned();
         let mut previous = self.by_normal.remove(normal).unwrap_or_default();
-        previous.push(ItemKey::Name(Arc::from(normal)));
+        // The index's shared name serves as the lookup key, if the resource still exists.
+        let shared = resource.as_ref().map(|r| r.name.clone());
+        previous.push(ItemKey::Name(shared.unwrap_or_else(|| Arc::from(normal))));
         for key in previous {
             // The stored key, not the lookup's: keys stay shared.
             if let Some((key, _)) = self.desired.remove_entry(&key) {
@@ -501,7 +564,6 @@ impl TypeState {
         for members in self.glob_members.values_mut() {
             members.remove(normal);
         }
-        let resource = snapshot.get(&self.type_url, normal).cloned();
         let mut found: Vec<(ItemKey, Item)> = Vec::new();
         let mut missing: Vec<Missing> = Vec::new();
         let resolve = |params: &ParamSet| {
@@ -705,7 +767,7 @@ impl TypeState {
             .iter()
             .map(|(k, (_, item))| (k.clone(), Sent::Delivered(item.clone())))
             .collect();
-        self.held_changed = true;
+        self.held_changes = HeldChanges::All;
         self.dirty
             .retain(|k| self.sent.contains_key(k) && !self.desired.contains_key(k));
         self.last_version = Some(version.clone());
@@ -730,8 +792,7 @@ impl TypeState {
         let mut response = DeltaResponse::default();
         for (key, item) in upserts {
             response.resources.push(item.wrapped(key.name()));
-            self.sent.insert(key.clone(), Sent::Delivered(item));
-            self.held_changed = true;
+            self.send(key.clone(), Sent::Delivered(item));
             self.dirty.remove(&key);
             // A resource that exists again is no longer reported missing.
             if !self.reported_missing.is_empty() {
@@ -741,23 +802,16 @@ impl TypeState {
         }
         // A variant replaced by another (TP2): the old one's removal goes in the same response
         // as the new one, so that the client swaps them atomically.
-        let replaced: Vec<ItemKey> =
-            self.sent
-                .keys()
-                .filter(|old| match old {
-                    ItemKey::Variant(name, _) => {
-                        !self.desired.contains_key(*old)
-                            && response.resources.iter().any(|r| {
-                                r.name == *name && matches!(r.naming, Naming::Constrained(_))
-                            })
-                    }
-                    ItemKey::Name(_) => false,
-                })
-                .cloned()
-                .collect();
+        let replaced: BTreeSet<ItemKey> = response
+            .resources
+            .iter()
+            .filter(|r| matches!(r.naming, Naming::Constrained(_)))
+            .flat_map(|r| self.sent_variants(&r.name))
+            .filter(|old| !self.desired.contains_key(*old))
+            .cloned()
+            .collect();
         for key in replaced {
-            let sent = self.sent.remove(&key);
-            self.held_changed = true;
+            let sent = self.unsend(&key);
             self.dirty.remove(&key);
             response.removed_resource_names.push(RemovedName {
                 name: key.name().to_string(),
@@ -789,11 +843,11 @@ impl TypeState {
                 }
                 Missing::Name(name) => response.removed_resources.push(name.clone()),
                 Missing::Locator(name, _) => {
-                    let has_variant = self
-                        .sent
-                        .keys()
-                        .any(|k| matches!(k, ItemKey::Variant(n, _) if **n == **name));
-                    if has_variant {
+                    if self
+                        .sent_variants(&Arc::from(name.as_str()))
+                        .next()
+                        .is_some()
+                    {
                         continue;
                     }
                     response.removed_resource_names.push(RemovedName {
@@ -828,8 +882,7 @@ impl TypeState {
         let removals: Vec<ItemKey> = self.pending_removals().cloned().collect();
         let mut response = DeltaResponse::default();
         for key in removals {
-            let sent = self.sent.remove(&key);
-            self.held_changed = true;
+            let sent = self.unsend(&key);
             self.dirty.remove(&key);
             match &key {
                 ItemKey::Name(name) => {
@@ -868,25 +921,11 @@ impl TypeState {
         Some(response)
     }
 
-    /// What the client has, for visibility. Every field is shared, not copied.
-    pub fn held(&self) -> Vec<HeldResource> {
+    /// What the client holds, for visibility.
+    pub fn held(&self) -> impl Iterator<Item = (HeldKey, Sent)> + '_ {
         self.sent
             .iter()
-            .map(|(key, sent)| {
-                let delivered = match sent {
-                    Sent::Delivered(item) => Some(item),
-                    Sent::Reported(_) => None,
-                };
-                HeldResource {
-                    name: key.name().clone(),
-                    version: sent.version().clone(),
-                    constraints: delivered
-                        .filter(|item| item.constrained)
-                        .and_then(|item| item.variant().constraints_text.clone()),
-                    body: delivered.map(|item| item.variant().body.clone()),
-                }
-            })
-            .collect()
+            .map(|(key, sent)| (key.held_key(), sent.clone()))
     }
 }
 
