@@ -168,18 +168,46 @@ impl StreamMachine {
             .collect()
     }
 
-    fn remember_node(&mut self, node: Option<&Node>) {
-        if self.node.is_some() {
+    /// Remembers the node from the first request that carries one. Later requests may carry
+    /// it again with new dynamic parameters (Envoy's `setDynamicContextParam`): the variants
+    /// follow, for every type whose parameters changed.
+    fn update_node(&mut self, node: Option<&Node>) {
+        let Some(node) = node else { return };
+        let Some(known) = &self.node else {
+            self.node = Some(node.clone());
+            self.wrap_all = node.client_features.iter().any(|f| f == RESOURCE_IN_SOTW);
+            if let Ok(mut status) = self.status.lock() {
+                status.node_id = node.id.clone();
+                status.node_cluster = node.cluster.clone();
+                status.client_features = node.client_features.clone();
+                status.user_agent = user_agent(node);
+            }
+            return;
+        };
+        let metadata_matters = !self.config.node_metadata_params.is_empty();
+        if known.dynamic_parameters == node.dynamic_parameters
+            && (!metadata_matters || known.metadata == node.metadata)
+        {
             return;
         }
-        let Some(node) = node else { return };
-        self.node = Some(node.clone());
-        self.wrap_all = node.client_features.iter().any(|f| f == RESOURCE_IN_SOTW);
-        if let Ok(mut status) = self.status.lock() {
-            status.node_id = node.id.clone();
-            status.node_cluster = node.cluster.clone();
-            status.client_features = node.client_features.clone();
-            status.user_agent = user_agent(node);
+        if let Some(known) = &mut self.node {
+            known.dynamic_parameters = node.dynamic_parameters.clone();
+            known.metadata = node.metadata.clone();
+        }
+        let type_urls: Vec<String> = self.types.keys().cloned().collect();
+        for type_url in type_urls {
+            let params = node_params(
+                self.node.as_ref(),
+                &type_url,
+                &self.config.node_metadata_params,
+            );
+            let changed = self
+                .types
+                .get_mut(&type_url)
+                .is_some_and(|ty| ty.set_default_params(params));
+            if changed {
+                self.refresh_status(&type_url, true);
+            }
         }
     }
 
@@ -188,7 +216,19 @@ impl StreamMachine {
             None if requested.is_empty() => {
                 Err(Status::invalid_argument("type_url is required on ADS"))
             }
-            None => Ok(requested),
+            None if self.types.contains_key(requested) => Ok(requested),
+            None => {
+                let known = requested
+                    .strip_prefix(vxds_envoy::resource::TYPE_URL_PREFIX)
+                    .is_some_and(|name| vxds_envoy::descriptors::message(name).is_some());
+                if !known {
+                    return Err(Status::invalid_argument(format!(
+                        "type_url {requested:?} names no message of the Envoy API \
+                         (expected type.googleapis.com/<message>)"
+                    )));
+                }
+                Ok(requested)
+            }
             Some(fixed) if requested.is_empty() || requested == fixed => Ok(fixed),
             Some(fixed) => Err(Status::invalid_argument(format!(
                 "this service serves {fixed}, not {requested}"
@@ -230,7 +270,7 @@ impl StreamMachine {
 
     /// A SotW request.
     pub fn on_sotw_request(&mut self, request: DiscoveryRequest) -> Result<RequestOutcome, Status> {
-        self.remember_node(request.node.as_ref());
+        self.update_node(request.node.as_ref());
         let type_url = self.type_url(&request.type_url)?.to_owned();
         let mut outcome = RequestOutcome::default();
         let status = self.status.clone();
@@ -280,6 +320,7 @@ impl StreamMachine {
         if changed {
             ty.force_send = true;
         }
+        ty.release_if_unwatched();
         // Most requests are ACKs: the registry and the status are only touched on a change.
         outcome.interest_changed = changed || first || ty.wildcard() != wildcard_before;
         self.check_limits()?;
@@ -292,7 +333,7 @@ impl StreamMachine {
         &mut self,
         request: DeltaDiscoveryRequest,
     ) -> Result<RequestOutcome, Status> {
-        self.remember_node(request.node.as_ref());
+        self.update_node(request.node.as_ref());
         let type_url = self.type_url(&request.type_url)?.to_owned();
         let mut outcome = RequestOutcome::default();
         let status = self.status.clone();
@@ -324,23 +365,31 @@ impl StreamMachine {
                 && request.resource_locators_subscribe.is_empty();
             ty.set_legacy_wildcard(nothing && legacy_wildcard(&type_url));
         }
-        let subscribes_names = !request.resource_names_subscribe.is_empty()
-            || !request.resource_locators_subscribe.is_empty();
-        if !first && subscribes_names {
-            ty.set_legacy_wildcard(false);
-        }
+        // A name subscribed on top of the legacy wildcard continues it (xds_protocol: only
+        // unsubscribing `*` ends it); Envoy's on-demand CDS does exactly this.
+        // Every name subscribed is answered, even one the client holds (discovery.proto: it
+        // may have dropped it) — except on the first request, where
+        // `initial_resource_versions` says what it holds.
         for name in &request.resource_names_subscribe {
             if name == "*" {
                 ty.set_explicit_wildcard(true);
-            } else {
+                continue;
+            }
+            if !ty.is_subscribed(name, None) {
                 ty.subscribe(name, None);
+            }
+            if !first {
+                ty.resend(name, None);
             }
         }
         for locator in &request.resource_locators_subscribe {
-            ty.subscribe(
-                &locator.name,
-                Some(locator_params(&locator.dynamic_parameters)),
-            );
+            let params = locator_params(&locator.dynamic_parameters);
+            if !ty.is_subscribed(&locator.name, Some(&params)) {
+                ty.subscribe(&locator.name, Some(params.clone()));
+            }
+            if !first {
+                ty.resend(&locator.name, Some(&params));
+            }
         }
         for name in &request.resource_names_unsubscribe {
             if name == "*" {
@@ -356,6 +405,7 @@ impl StreamMachine {
                 Some(locator_params(&locator.dynamic_parameters)),
             );
         }
+        ty.release_if_unwatched();
         // Most requests are ACKs: the registry and the status are only touched on a change.
         outcome.interest_changed = first
             || ty.wildcard() != wildcard_before
@@ -382,57 +432,76 @@ impl StreamMachine {
         self.types.values_mut().for_each(|t| t.everything_changed());
     }
 
-    fn next_nonce(&mut self) -> String {
-        self.nonce += 1;
-        self.nonce.to_string()
-    }
-
     /// The responses to send now, all computed from `snapshot`.
+    ///
+    /// Make, then break (A74): additions and updates go out at once, in push order; a removal
+    /// waits until every response sent up to the moment it became due is accepted — the
+    /// updates computed with it and any still in flight then — whatever is sent after. So
+    /// churn on one type never starves another's removals, and a refused update holds back
+    /// the removals that may depend on it until a later update is accepted.
     pub fn poll(&mut self, snapshot: &Snapshot) -> Vec<Response> {
         for ty in self.types.values_mut() {
             ty.refresh(snapshot);
         }
         let mut order: Vec<String> = self.types.keys().cloned().collect();
         order.sort_by_key(|t| (push_rank(t), t.clone()));
-        let in_flight = self.types.values().any(|t| t.in_flight());
         let system_version = snapshot.revision.to_string();
         let mut responses = Vec::new();
 
-        // Make: additions and updates, in make-before-break order.
+        // Make: additions and updates, in make-before-break order. A SotW response leaves out
+        // the removals already eligible, so that no second response of the type follows.
+        let settled_before = self.settled_before();
         for type_url in &order {
-            let nonce = format!("{}", self.nonce + 1);
+            let seq = self.nonce + 1;
             let wrap_all = self.wrap_all;
             let ty = self.types.get_mut(type_url).expect("listed above");
             let response = match self.protocol {
-                Protocol::Sotw => ty.sotw_make(&nonce, wrap_all).map(Response::Sotw),
-                Protocol::Delta => ty.delta_make(&nonce, &system_version).map(Response::Delta),
+                Protocol::Sotw => ty
+                    .sotw_make(seq, wrap_all, settled_before)
+                    .map(Response::Sotw),
+                Protocol::Delta => ty.delta_make(seq, &system_version).map(Response::Delta),
             };
             if let Some(response) = response {
-                self.next_nonce();
+                self.nonce = seq;
                 responses.push(response);
             }
         }
-        // Break: removals, once the client has answered everything — so that nothing it still
-        // uses (a cluster an unacknowledged route refers to) disappears under it.
-        if responses.is_empty() && !in_flight {
-            for type_url in order.iter().rev() {
-                let nonce = format!("{}", self.nonce + 1);
-                let wrap_all = self.wrap_all;
-                let ty = self.types.get_mut(type_url).expect("listed above");
-                let response = match self.protocol {
-                    Protocol::Sotw => ty.sotw_break(&nonce, wrap_all).map(Response::Sotw),
-                    Protocol::Delta => ty.delta_break(&nonce, &system_version).map(Response::Delta),
-                };
-                if let Some(response) = response {
-                    self.next_nonce();
-                    responses.push(response);
-                }
+        let last_sent = self.nonce;
+        for ty in self.types.values_mut() {
+            ty.stamp_removals(last_sent);
+        }
+        // Break: the removals every earlier response has cleared, in the reverse order.
+        let settled_before = self.settled_before();
+        for type_url in order.iter().rev() {
+            let seq = self.nonce + 1;
+            let wrap_all = self.wrap_all;
+            let ty = self.types.get_mut(type_url).expect("listed above");
+            let response = match self.protocol {
+                Protocol::Sotw => ty
+                    .sotw_break(seq, wrap_all, settled_before)
+                    .map(Response::Sotw),
+                Protocol::Delta => ty
+                    .delta_break(seq, &system_version, settled_before)
+                    .map(Response::Delta),
+            };
+            if let Some(response) = response {
+                self.nonce = seq;
+                responses.push(response);
             }
         }
         for response in &responses {
             self.record_sent(response);
         }
         responses
+    }
+
+    /// Every response with a smaller sequence number is accepted by the client.
+    fn settled_before(&self) -> u64 {
+        self.types
+            .values()
+            .map(|t| t.unsettled_from())
+            .min()
+            .unwrap_or(u64::MAX)
     }
 
     fn record_sent(&mut self, response: &Response) {

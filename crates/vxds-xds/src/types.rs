@@ -36,9 +36,11 @@ pub fn push_rank(type_url: &str) -> usize {
         .unwrap_or(PUSH_ORDER.len())
 }
 
-/// Types whose first request with no names is a (legacy) wildcard subscription.
+/// Types whose first request with no names is a (legacy) wildcard subscription: LDS and CDS
+/// (xds_protocol), and SRDS, whose Envoy subscription starts with no names
+/// (`ScopedRdsConfigSubscription`) and expects every scope.
 pub fn legacy_wildcard(type_url: &str) -> bool {
-    type_url == LISTENER || type_url == CLUSTER
+    type_url == LISTENER || type_url == CLUSTER || type_url == SCOPED_ROUTE
 }
 
 /// Which method of a service a request came in on.

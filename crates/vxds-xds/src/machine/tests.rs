@@ -20,6 +20,9 @@ use vxds_store::{ChangeBatch, ResourceKey, RevisionChangeList, Snapshot, StoredR
 use super::*;
 use crate::types::{ADS, CLUSTER, ENDPOINT, LISTENER, ROUTE, SERVICES};
 
+mod removals;
+mod subscriptions;
+
 /// A store in memory: changesets in, snapshots out.
 struct World {
     snapshot: Snapshot,

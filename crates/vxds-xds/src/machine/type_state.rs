@@ -8,17 +8,18 @@
 //! client what does not exist) and *break* (removals of what the client has), which the machine
 //! only runs once the client has acknowledged everything in flight.
 
+mod respond;
+
 use std::collections::{BTreeMap, BTreeSet};
 use std::sync::Arc;
 
 use bytes::Bytes;
 use vxds_core::xdstp::{SubscriptionName, XdstpUrl};
 use vxds_core::{ConstraintsId, ParamSet};
-use vxds_envoy::resource::content_hash;
 use vxds_store::{IndexedResource, IndexedVariant, Snapshot};
 
 use crate::status::{HeldKey, HeldResource};
-use crate::wire::{DeltaResponse, Naming, RemovedName, SotwEntry, SotwResponse, Wrapped};
+use crate::wire::{Naming, Wrapped};
 
 /// What a client tracks. Names are shared (with the index, or with the subscription), since
 /// every stream holds one key per resource it tracks.
@@ -208,12 +209,35 @@ pub(crate) struct TypeState {
     /// How `sent` changed since the stream's status last looked.
     held_changes: HeldChanges,
 
-    /// SotW: the last response's nonce and version; the version the client refused.
+    /// SotW: the last response's nonce and version; the version the client refused (until it
+    /// accepts another).
     pub last_nonce: Option<String>,
     last_version: Option<String>,
     nacked_version: Option<String>,
-    /// Responses not yet acknowledged (or refused), by nonce, with their version.
-    outstanding: BTreeMap<String, String>,
+    /// Responses not yet acknowledged (or refused), by nonce.
+    outstanding: BTreeMap<String, Outstanding>,
+    /// The latest refusal, until a later response is accepted.
+    refused: Option<Refused>,
+    /// Removals due, each with the sequence number of the last response sent when it became
+    /// due: it may go once every response up to that one is accepted.
+    removal_stamps: BTreeMap<ItemKey, u64>,
+}
+
+/// A response awaiting the client's answer.
+#[derive(Clone, Debug)]
+struct Outstanding {
+    version: String,
+    /// Its sequence number (the nonce).
+    seq: u64,
+    /// The earliest response it answers for: itself, or (SotW) the oldest it superseded.
+    since: u64,
+}
+
+/// A refused response: what was computed after `since` may depend on it.
+#[derive(Clone, Copy, Debug)]
+struct Refused {
+    seq: u64,
+    since: u64,
 }
 
 impl TypeState {
@@ -244,6 +268,8 @@ impl TypeState {
             last_version: None,
             nacked_version: None,
             outstanding: BTreeMap::new(),
+            refused: None,
+            removal_stamps: BTreeMap::new(),
         }
     }
 
@@ -268,6 +294,75 @@ impl TypeState {
         if self.explicit_wildcard != on {
             self.explicit_wildcard = on;
             self.full_refresh = true;
+        }
+    }
+
+    /// The stream's parameters for this type changed (the node sent new dynamic parameters):
+    /// every plain-name, wildcard and glob subscription resolves again. Returns whether they
+    /// changed.
+    pub fn set_default_params(&mut self, params: ParamSet) -> bool {
+        if self.default_params == params {
+            return false;
+        }
+        self.default_params = params.clone();
+        for glob in self.globs.values_mut().filter(|g| !g.constrained) {
+            glob.params = params.clone();
+        }
+        self.full_refresh = true;
+        true
+    }
+
+    /// Delta: the client subscribed again to what it already subscribes to. It may have
+    /// dropped what it had (discovery.proto: the server must answer every name in
+    /// `resource_names_subscribe`), so it is sent again, or reported missing again.
+    pub fn resend(&mut self, name: &str, params: Option<&ParamSet>) {
+        let shared: Arc<str> = Arc::from(name);
+        if let Some(members) = self.glob_members.get(name).cloned() {
+            for member in members {
+                self.unsend(&ItemKey::Name(member.clone()));
+                let held: Vec<ItemKey> = self.sent_variants(&member).cloned().collect();
+                held.iter().for_each(|k| {
+                    self.unsend(k);
+                });
+            }
+            self.reported_missing
+                .remove(&Missing::Glob(name.to_owned()));
+            self.full_refresh = true;
+            return;
+        }
+        match params {
+            None => {
+                let Some(normal) = self.names.get(name).cloned() else {
+                    return;
+                };
+                self.unsend(&ItemKey::Name(shared));
+                self.reported_missing
+                    .remove(&Missing::Name(name.to_owned()));
+                self.stale_normals.insert(normal);
+            }
+            Some(params) => {
+                let key = (name.to_owned(), params.clone());
+                let Some(normal) = self.locators.get(&key).cloned() else {
+                    return;
+                };
+                let held: Vec<ItemKey> = self.sent_variants(&shared).cloned().collect();
+                held.iter().for_each(|k| {
+                    self.unsend(k);
+                });
+                self.reported_missing
+                    .remove(&Missing::Locator(key.0, key.1));
+                self.stale_normals.insert(normal);
+            }
+        }
+    }
+
+    /// Whether `name` (as spelled) is subscribed to, plainly or, with `params`, by locator.
+    pub fn is_subscribed(&self, name: &str, params: Option<&ParamSet>) -> bool {
+        match params {
+            None => self.names.contains_key(name) || self.globs.contains_key(name),
+            Some(params) => self
+                .locators
+                .contains_key(&(name.to_owned(), params.clone())),
         }
     }
 
@@ -648,284 +743,41 @@ impl TypeState {
             self.by_normal.insert(normal.to_owned(), others);
         }
         self.missing.extend(missing);
+        self.adopt_reported(normal);
     }
 
-    // ---- closing the gap -----------------------------------------------------------------
-
-    /// Whether a response for this type awaits the client's answer.
-    pub fn in_flight(&self) -> bool {
-        !self.outstanding.is_empty()
-    }
-
-    /// Additions or updates the client does not have yet.
-    fn pending_upserts(&self) -> impl Iterator<Item = (&ItemKey, &Item)> {
-        self.dirty.iter().filter_map(|k| {
-            let item = self.desired.get(k)?;
-            let current = self.sent.get(k).map(Sent::version);
-            (current != Some(item.version())).then_some((k, item))
-        })
-    }
-
-    /// Removals pending: what the client has that it should no longer have.
-    fn pending_removals(&self) -> impl Iterator<Item = &ItemKey> {
-        self.dirty
-            .iter()
-            .filter(|k| self.sent.contains_key(*k) && !self.desired.contains_key(*k))
-    }
-
-    pub fn has_pending_removals(&self) -> bool {
-        self.pending_removals().next().is_some()
-    }
-
-    /// A client answered the response `nonce`. `None` when the nonce is not one in flight.
-    pub fn answer(
-        &mut self,
-        nonce: &str,
-        error: Option<String>,
-        client_version: &str,
-    ) -> Option<Ack> {
-        let version = self.outstanding.remove(nonce)?;
-        Some(match error {
-            Some(message) => {
-                self.nacked_version = Some(version.clone());
-                Ack::Nacked { version, message }
-            }
-            None => Ack::Acked {
-                version: if client_version.is_empty() {
-                    version
-                } else {
-                    client_version.to_owned()
-                },
-            },
-        })
-    }
-
-    /// SotW, make phase: the full state with additions and updates, keeping what is due for
-    /// removal until the break phase. `None` when there is nothing to say.
-    pub fn sotw_make(&mut self, nonce: &str, wrap_all: bool) -> Option<SotwResponse> {
-        let has_upserts = self.pending_upserts().next().is_some();
-        if !has_upserts && !self.force_send {
-            return None;
-        }
-        let keep: Vec<(ItemKey, Sent)> = self
-            .sent
-            .iter()
-            .filter(|(k, _)| !self.desired.contains_key(*k))
-            .map(|(k, s)| (k.clone(), s.clone()))
-            .collect();
-        self.sotw_respond(nonce, wrap_all, keep)
-    }
-
-    /// SotW, break phase: the full state without what is due for removal.
-    pub fn sotw_break(&mut self, nonce: &str, wrap_all: bool) -> Option<SotwResponse> {
-        if !self.has_pending_removals() {
-            return None;
-        }
-        self.sotw_respond(nonce, wrap_all, Vec::new())
-    }
-
-    fn sotw_respond(
-        &mut self,
-        nonce: &str,
-        wrap_all: bool,
-        keep: Vec<(ItemKey, Sent)>,
-    ) -> Option<SotwResponse> {
-        let entry = |key: &ItemKey, item: &Item| {
-            if item.constrained || wrap_all {
-                SotwEntry::Wrapped(item.wrapped(key.name()))
-            } else {
-                SotwEntry::Bare(item.variant().body.clone())
-            }
+    /// A reconnecting client reports what it holds by name (`initial_resource_versions`), but
+    /// what a locator subscription holds is a variant. The report is taken as that variant's
+    /// when the versions agree (nothing is sent again); otherwise the new variant replaces it.
+    /// Either way it is never removed by bare name: that would delete what the client uses.
+    fn adopt_reported(&mut self, normal: &str) {
+        let Some(locators) = self.locators_by_normal.get(normal) else {
+            return;
         };
-        let mut entries: BTreeMap<ItemKey, (SotwEntry, Item)> = BTreeMap::new();
-        for (key, item) in &self.desired {
-            entries.insert(key.clone(), (entry(key, item), item.clone()));
-        }
-        for (key, sent) in keep {
-            // Kept for make-before-break; what the client reported but was never sent cannot be.
-            let Sent::Delivered(item) = sent else {
+        let spellings: BTreeSet<String> = locators.iter().map(|(s, _)| s.clone()).collect();
+        for spelling in spellings {
+            let spelling: Arc<str> = Arc::from(spelling);
+            let by_name = ItemKey::Name(spelling.clone());
+            if self.desired.contains_key(&by_name) {
+                continue; // also subscribed by plain name: the report is that subscription's
+            }
+            let Some(Sent::Reported(version)) = self.sent.get(&by_name).cloned() else {
                 continue;
             };
-            entries.insert(key.clone(), (entry(&key, &item), item));
-        }
-        let mut parts: Vec<&[u8]> = vec![self.type_url.as_bytes()];
-        let labels: Vec<String> = entries
-            .iter()
-            .map(|(k, (_, item))| format!("{k:?}={}", item.version()))
-            .collect();
-        parts.extend(labels.iter().map(|l| l.as_bytes()));
-        let version = content_hash("vxds.sotw.v1", &parts);
-        let force = std::mem::take(&mut self.force_send);
-        let repeat = self.last_version.as_deref() == Some(version.as_str());
-        let refused = self.nacked_version.as_deref() == Some(version.as_str());
-        if !force && (repeat || refused) {
-            self.dirty
-                .retain(|k| self.sent.contains_key(k) && !self.desired.contains_key(k));
-            return None;
-        }
-        self.sent = entries
-            .iter()
-            .map(|(k, (_, item))| (k.clone(), Sent::Delivered(item.clone())))
-            .collect();
-        self.held_changes = HeldChanges::All;
-        self.dirty
-            .retain(|k| self.sent.contains_key(k) && !self.desired.contains_key(k));
-        self.last_version = Some(version.clone());
-        self.last_nonce = Some(nonce.to_owned());
-        self.outstanding.clear();
-        self.outstanding.insert(nonce.to_owned(), version.clone());
-        Some(SotwResponse {
-            version_info: version,
-            resources: entries.into_values().map(|(e, _)| e).collect(),
-            type_url: self.type_url.clone(),
-            nonce: nonce.to_owned(),
-        })
-    }
-
-    /// Delta, make phase: additions and updates, and what the client subscribed to but does
-    /// not exist. `None` when there is nothing to say.
-    pub fn delta_make(&mut self, nonce: &str, system_version: &str) -> Option<DeltaResponse> {
-        let upserts: Vec<(ItemKey, Item)> = self
-            .pending_upserts()
-            .map(|(k, item)| (k.clone(), item.clone()))
-            .collect();
-        let mut response = DeltaResponse::default();
-        for (key, item) in upserts {
-            response.resources.push(item.wrapped(key.name()));
-            self.send(key.clone(), Sent::Delivered(item));
-            self.dirty.remove(&key);
-            // A resource that exists again is no longer reported missing.
-            if !self.reported_missing.is_empty() {
-                self.reported_missing
-                    .remove(&Missing::Name(key.name().to_string()));
+            self.unsend(&by_name);
+            self.dirty.remove(&by_name);
+            let first = ItemKey::Variant(spelling.clone(), ConstraintsId::MIN);
+            let last = ItemKey::Variant(spelling, ConstraintsId::MAX);
+            let same: Vec<(ItemKey, Item)> = self
+                .desired
+                .range(first..=last)
+                .filter(|(_, item)| *item.version() == version)
+                .map(|(k, item)| (k.clone(), item.clone()))
+                .collect();
+            for (key, item) in same {
+                self.send(key, Sent::Delivered(item));
             }
         }
-        // A variant replaced by another (TP2): the old one's removal goes in the same response
-        // as the new one, so that the client swaps them atomically.
-        let replaced: BTreeSet<ItemKey> = response
-            .resources
-            .iter()
-            .filter(|r| matches!(r.naming, Naming::Constrained(_)))
-            .flat_map(|r| self.sent_variants(&r.name))
-            .filter(|old| !self.desired.contains_key(*old))
-            .cloned()
-            .collect();
-        for key in replaced {
-            let sent = self.unsend(&key);
-            self.dirty.remove(&key);
-            response.removed_resource_names.push(RemovedName {
-                name: key.name().to_string(),
-                constraints: sent.and_then(|s| s.constraints()),
-            });
-        }
-        // Whatever is neither to send nor to remove needs no attention.
-        self.dirty
-            .retain(|k| self.sent.contains_key(k) && !self.desired.contains_key(k));
-
-        // Tell the client what does not exist, so that it does not wait for it. What it has is
-        // a removal instead, for the break phase.
-        let still_missing: BTreeSet<Missing> = self.missing.clone();
-        self.reported_missing.retain(|m| match m {
-            Missing::Glob(g) => self.glob_members.get(g).is_some_and(BTreeSet::is_empty),
-            other => still_missing.contains(other),
-        });
-        for missing in still_missing {
-            if self.reported_missing.contains(&missing) {
-                continue;
-            }
-            match &missing {
-                Missing::Name(name)
-                    if self
-                        .sent
-                        .contains_key(&ItemKey::Name(Arc::from(name.as_str()))) =>
-                {
-                    continue;
-                }
-                Missing::Name(name) => response.removed_resources.push(name.clone()),
-                Missing::Locator(name, _) => {
-                    if self
-                        .sent_variants(&Arc::from(name.as_str()))
-                        .next()
-                        .is_some()
-                    {
-                        continue;
-                    }
-                    response.removed_resource_names.push(RemovedName {
-                        name: name.clone(),
-                        constraints: None,
-                    });
-                }
-                Missing::Glob(_) => continue,
-            }
-            self.reported_missing.insert(missing);
-        }
-        // An empty glob collection is reported by its own name, once its members are gone.
-        for (glob, members) in &self.glob_members {
-            let report = Missing::Glob(glob.clone());
-            let Some(url) = self.globs.get(glob).map(|g| &g.url) else {
-                continue;
-            };
-            // Reported only once the client holds none of its members any more.
-            let holds = self.sent.keys().any(|k| {
-                vxds_core::xdstp::XdstpUrn::parse(k.name()).is_ok_and(|urn| url.glob_matches(&urn))
-            });
-            if members.is_empty() && !holds && !self.reported_missing.contains(&report) {
-                response.removed_resources.push(glob.clone());
-                self.reported_missing.insert(report);
-            }
-        }
-        self.finish_delta(response, nonce, system_version)
-    }
-
-    /// Delta, break phase: removals of what the client has.
-    pub fn delta_break(&mut self, nonce: &str, system_version: &str) -> Option<DeltaResponse> {
-        let removals: Vec<ItemKey> = self.pending_removals().cloned().collect();
-        let mut response = DeltaResponse::default();
-        for key in removals {
-            let sent = self.unsend(&key);
-            self.dirty.remove(&key);
-            match &key {
-                ItemKey::Name(name) => {
-                    response.removed_resources.push(name.to_string());
-                    let missing = Missing::Name(name.to_string());
-                    if self.missing.contains(&missing) {
-                        self.reported_missing.insert(missing);
-                    }
-                }
-                ItemKey::Variant(name, _) => response.removed_resource_names.push(RemovedName {
-                    name: name.to_string(),
-                    constraints: sent.and_then(|s| s.constraints()),
-                }),
-            }
-        }
-        self.finish_delta(response, nonce, system_version)
-    }
-
-    fn finish_delta(
-        &mut self,
-        mut response: DeltaResponse,
-        nonce: &str,
-        system_version: &str,
-    ) -> Option<DeltaResponse> {
-        if response.resources.is_empty()
-            && response.removed_resources.is_empty()
-            && response.removed_resource_names.is_empty()
-        {
-            return None;
-        }
-        response.type_url = self.type_url.clone();
-        response.nonce = nonce.to_owned();
-        response.system_version_info = system_version.to_owned();
-        self.outstanding
-            .insert(nonce.to_owned(), system_version.to_owned());
-        Some(response)
-    }
-
-    /// What the client holds, for visibility.
-    pub fn held(&self) -> impl Iterator<Item = (HeldKey, Sent)> + '_ {
-        self.sent
-            .iter()
-            .map(|(key, sent)| (key.held_key(), sent.clone()))
     }
 }
 

@@ -1,0 +1,357 @@
+//! Subscriptions as real clients change them mid-stream: Envoy's on-demand CDS on top of the
+//! legacy wildcard, Delta re-subscribes, reconnects with locators, new dynamic parameters, and
+//! variant switches in SotW.
+
+use super::*;
+
+fn locator(name: &str, params: &[(&str, &str)]) -> ResourceLocator {
+    ResourceLocator {
+        name: name.into(),
+        dynamic_parameters: params
+            .iter()
+            .map(|(k, v)| ((*k).to_owned(), (*v).to_owned()))
+            .collect(),
+    }
+}
+
+fn delta_locators(subscribe: &[ResourceLocator], nonce: &str) -> DeltaDiscoveryRequest {
+    DeltaDiscoveryRequest {
+        type_url: ROUTE.into(),
+        resource_locators_subscribe: subscribe.to_vec(),
+        response_nonce: nonce.into(),
+        ..Default::default()
+    }
+}
+
+fn ack_delta(m: &mut StreamMachine, response: &DeltaDiscoveryResponse) {
+    m.on_delta_request(delta_request(&response.type_url, &[], &[], &response.nonce))
+        .unwrap();
+}
+
+fn names(r: &DeltaDiscoveryResponse) -> Vec<String> {
+    r.resources
+        .iter()
+        .map(|r| {
+            r.resource_name
+                .as_ref()
+                .map_or(r.name.clone(), |n| n.name.clone())
+        })
+        .collect()
+}
+
+/// `web` split by env, to be split further by version.
+fn prod_or_rest(world: &mut World) {
+    world.apply(json!([put(
+        "route",
+        "web",
+        &[
+            (r#"env = "prod""#, route("web", "prod")),
+            (r#"env != "prod""#, route("web", "rest"))
+        ]
+    )]));
+}
+
+fn split_prod_by_version(world: &mut World) -> Vec<ResourceKey> {
+    world.apply(json!([put(
+        "route",
+        "web",
+        &[
+            (r#"env = "prod" && version = "v1""#, route("web", "prod-v1")),
+            (
+                r#"env = "prod" && version != "v1""#,
+                route("web", "prod-rest")
+            ),
+            (
+                r#"env != "prod" && (exists(version) || !exists(version))"#,
+                route("web", "rest")
+            ),
+        ]
+    )]))
+}
+
+#[test]
+fn delta_legacy_wildcard_continues_when_names_are_subscribed() {
+    let mut world = World::new();
+    world.apply(json!([
+        put("cluster", "a", &[("*", cluster("a"))]),
+        put("cluster", "b", &[("*", cluster("b"))])
+    ]));
+    let mut m = delta_machine();
+    m.on_delta_request(delta_request(CLUSTER, &[], &[], ""))
+        .unwrap();
+    let all = delta(&m.poll(&world.snapshot)[0]);
+    assert_eq!(names(&all), ["a", "b"]);
+    ack_delta(&mut m, &all);
+    // Envoy's on-demand CDS: a name on top of the wildcard, not yet there.
+    m.on_delta_request(delta_request(CLUSTER, &["od"], &[], ""))
+        .unwrap();
+    let responses = m.poll(&world.snapshot);
+    assert_eq!(responses.len(), 1);
+    let r = delta(&responses[0]);
+    assert_eq!(r.removed_resources, ["od"], "only the missing name");
+    assert!(r.resources.is_empty());
+    ack_delta(&mut m, &r);
+    assert!(m.poll(&world.snapshot).is_empty());
+    // Still a wildcard subscriber: new clusters arrive, nothing is taken away.
+    let changed = world.apply(json!([put("cluster", "c", &[("*", cluster("c"))])]));
+    m.on_changes(&changed);
+    let r = delta(&m.poll(&world.snapshot)[0]);
+    assert_eq!(names(&r), ["c"]);
+    assert!(r.removed_resources.is_empty());
+    let status = m.status().lock().unwrap().types[0].clone();
+    assert!(
+        status
+            .subscriptions
+            .contains(&"* (legacy wildcard)".to_owned())
+    );
+    // Only unsubscribing `*` ends it.
+    ack_delta(&mut m, &r);
+    m.on_delta_request(delta_request(CLUSTER, &[], &["*"], ""))
+        .unwrap();
+    let status = m.status().lock().unwrap().types[0].clone();
+    assert_eq!(status.subscriptions, ["od"]);
+}
+
+#[test]
+fn delta_every_subscribed_name_is_answered_even_when_the_client_has_it() {
+    let mut world = World::new();
+    env_routes(&mut world);
+    world.apply(json!([put("cluster", "a", &[("*", cluster("a"))])]));
+    let mut m = delta_machine();
+    let mut first = delta_request(ROUTE, &["web", "gone"], &[], "");
+    first.node = Some(node_with(ROUTE, &[("env", "prod")]));
+    m.on_delta_request(first).unwrap();
+    let r = delta(&m.poll(&world.snapshot)[0]);
+    assert_eq!(names(&r), ["web"]);
+    assert_eq!(r.removed_resources, ["gone"]);
+    ack_delta(&mut m, &r);
+    // Dropped and regained before the unsubscribe went out (DeltaSubscriptionState's
+    // RemoveThenAdd): the server must answer both again.
+    m.on_delta_request(delta_request(ROUTE, &["web", "gone"], &[], ""))
+        .unwrap();
+    let again = m.poll(&world.snapshot);
+    assert_eq!(again.len(), 1, "{again:?}");
+    let again = delta(&again[0]);
+    assert_eq!(names(&again), ["web"]);
+    assert_eq!(again.resources[0].version, r.resources[0].version);
+    assert_eq!(again.removed_resources, ["gone"]);
+    ack_delta(&mut m, &again);
+    assert!(m.poll(&world.snapshot).is_empty());
+
+    // A name the client holds through the wildcard, subscribed on demand: answered too.
+    let mut m = delta_machine();
+    m.on_delta_request(delta_request(CLUSTER, &[], &[], ""))
+        .unwrap();
+    let r = delta(&m.poll(&world.snapshot)[0]);
+    ack_delta(&mut m, &r);
+    m.on_delta_request(delta_request(CLUSTER, &["a"], &[], ""))
+        .unwrap();
+    let again = delta(&m.poll(&world.snapshot)[0]);
+    assert_eq!(names(&again), ["a"]);
+    assert!(again.removed_resources.is_empty());
+}
+
+#[test]
+fn delta_reconnect_with_locators_keeps_what_the_client_has() {
+    let mut world = World::new();
+    prod_or_rest(&mut world);
+    let prod = [locator("web", &[("env", "prod"), ("version", "v1")])];
+    let mut m = delta_machine();
+    m.on_delta_request(delta_locators(&prod, "")).unwrap();
+    let held = delta(&m.poll(&world.snapshot)[0]);
+    let version = held.resources[0].version.clone();
+    let constraints = held.resources[0]
+        .resource_name
+        .clone()
+        .unwrap()
+        .dynamic_parameter_constraints;
+
+    // The stream is cut; the client reconnects and says what it holds, by name.
+    let mut again = delta_machine();
+    let mut request = delta_locators(&prod, "");
+    request.initial_resource_versions = [("web".to_owned(), version.clone())].into();
+    again.on_delta_request(request).unwrap();
+    assert!(
+        again.poll(&world.snapshot).is_empty(),
+        "nothing sent again, nothing removed"
+    );
+    let status = again.status().lock().unwrap().types[0].clone();
+    assert_eq!(status.resources.len(), 1);
+
+    // It is held as the variant: a split replaces it atomically, named with its constraints.
+    let changed = split_prod_by_version(&mut world);
+    again.on_changes(&changed);
+    let responses = again.poll(&world.snapshot);
+    assert_eq!(responses.len(), 1);
+    let r = delta(&responses[0]);
+    assert!(r.removed_resources.is_empty());
+    assert_eq!(r.removed_resource_names.len(), 1);
+    assert_eq!(r.removed_resource_names[0].name, "web");
+    assert_eq!(
+        r.removed_resource_names[0].dynamic_parameter_constraints,
+        constraints
+    );
+    assert_eq!(
+        route_tag(&r.resources[0].resource.as_ref().unwrap().value),
+        "prod-v1"
+    );
+
+    // A client holding an older version gets the current variant, and no bare removal.
+    let mut stale = delta_machine();
+    let mut request = delta_locators(&prod, "");
+    request.initial_resource_versions = [("web".to_owned(), version)].into();
+    stale.on_delta_request(request).unwrap();
+    let responses = stale.poll(&world.snapshot);
+    assert_eq!(responses.len(), 1, "{responses:?}");
+    let r = delta(&responses[0]);
+    assert_eq!(names(&r), ["web"]);
+    assert!(r.removed_resources.is_empty());
+    assert!(r.removed_resource_names.is_empty());
+    ack_delta(&mut stale, &r);
+    assert!(stale.poll(&world.snapshot).is_empty());
+}
+
+#[test]
+fn delta_reconnect_with_plain_names_and_node_parameters_sends_nothing_again() {
+    let mut world = World::new();
+    env_routes(&mut world);
+    let mut m = delta_machine();
+    let mut first = delta_request(ROUTE, &["web"], &[], "");
+    first.node = Some(node_with(ROUTE, &[("env", "prod")]));
+    m.on_delta_request(first).unwrap();
+    let r = delta(&m.poll(&world.snapshot)[0]);
+    let mut again = delta_machine();
+    let mut request = delta_request(ROUTE, &["web"], &[], "");
+    request.node = Some(node_with(ROUTE, &[("env", "prod")]));
+    request.initial_resource_versions = [("web".to_owned(), r.resources[0].version.clone())].into();
+    again.on_delta_request(request).unwrap();
+    assert!(again.poll(&world.snapshot).is_empty());
+}
+
+#[test]
+fn new_dynamic_parameters_mid_stream_switch_the_variant() {
+    let mut world = World::new();
+    env_routes(&mut world);
+    // SotW: Envoy re-sends the node with the latest nonce and the same names.
+    let mut m = sotw_machine();
+    let mut first = sotw_request(ROUTE, &["web"], "", "");
+    first.node = Some(node_with(ROUTE, &[("env", "prod")]));
+    m.on_sotw_request(first).unwrap();
+    let r = sotw(&m.poll(&world.snapshot)[0]);
+    assert_eq!(route_tag(&r.resources[0].value), "prod");
+    let mut ack = sotw_request(ROUTE, &["web"], &r.nonce, &r.version_info);
+    ack.node = Some(node_with(ROUTE, &[("env", "test")]));
+    m.on_sotw_request(ack).unwrap();
+    let switched = m.poll(&world.snapshot);
+    assert_eq!(switched.len(), 1);
+    assert_eq!(route_tag(&sotw(&switched[0]).resources[0].value), "test");
+    assert_eq!(
+        m.status().lock().unwrap().types[0].params,
+        BTreeMap::from([("env".to_owned(), "test".to_owned())])
+    );
+    // The same node again changes nothing.
+    let r = sotw(&switched[0]);
+    let mut ack = sotw_request(ROUTE, &["web"], &r.nonce, &r.version_info);
+    ack.node = Some(node_with(ROUTE, &[("env", "test")]));
+    m.on_sotw_request(ack).unwrap();
+    assert!(m.poll(&world.snapshot).is_empty());
+
+    // Delta: an update of the name, not a removal.
+    let mut m = delta_machine();
+    let mut first = delta_request(ROUTE, &["web"], &[], "");
+    first.node = Some(node_with(ROUTE, &[("env", "prod")]));
+    m.on_delta_request(first).unwrap();
+    let r = delta(&m.poll(&world.snapshot)[0]);
+    let mut ack = delta_request(ROUTE, &[], &[], &r.nonce);
+    ack.node = Some(node_with(ROUTE, &[("env", "test")]));
+    m.on_delta_request(ack).unwrap();
+    let switched = m.poll(&world.snapshot);
+    assert_eq!(switched.len(), 1);
+    let r = delta(&switched[0]);
+    assert_eq!(names(&r), ["web"]);
+    assert!(r.removed_resources.is_empty());
+    assert_eq!(
+        route_tag(&r.resources[0].resource.as_ref().unwrap().value),
+        "test"
+    );
+    assert_eq!(
+        m.status().lock().unwrap().types[0].params,
+        BTreeMap::from([("env".to_owned(), "test".to_owned())])
+    );
+}
+
+#[test]
+fn sotw_variant_switch_sends_the_name_once() {
+    let mut world = World::new();
+    prod_or_rest(&mut world);
+    let mut m = sotw_machine();
+    let mut request = sotw_request(ROUTE, &[], "", "");
+    request.resource_locators = vec![locator("web", &[("env", "prod"), ("version", "v1")])];
+    m.on_sotw_request(request.clone()).unwrap();
+    let r = sotw(&m.poll(&world.snapshot)[0]);
+    request.response_nonce = r.nonce.clone();
+    request.version_info = r.version_info.clone();
+    m.on_sotw_request(request).unwrap();
+    let changed = split_prod_by_version(&mut world);
+    m.on_changes(&changed);
+    let responses = m.poll(&world.snapshot);
+    assert_eq!(responses.len(), 1);
+    let r = sotw(&responses[0]);
+    assert_eq!(sotw_names(&r), ["web"], "only the new variant");
+    let wrapped = Resource::decode(r.resources[0].value.as_slice()).unwrap();
+    assert_eq!(route_tag(&wrapped.resource.unwrap().value), "prod-v1");
+    assert!(m.poll(&world.snapshot).is_empty());
+}
+
+#[test]
+fn srds_starts_as_a_legacy_wildcard() {
+    let mut world = World::new();
+    world.apply(json!([put(
+        "scoped_route",
+        "s",
+        &[(
+            "*",
+            json!({"@type": crate::types::SCOPED_ROUTE, "name": "s", "route_configuration_name": "r",
+                   "key": {"fragments": [{"string_key": "x"}]}})
+        )]
+    )]));
+    let mut m = delta_machine();
+    m.on_delta_request(delta_request(crate::types::SCOPED_ROUTE, &[], &[], ""))
+        .unwrap();
+    assert_eq!(names(&delta(&m.poll(&world.snapshot)[0])), ["s"]);
+    let mut m = sotw_machine();
+    m.on_sotw_request(sotw_request(crate::types::SCOPED_ROUTE, &[], "", ""))
+        .unwrap();
+    assert_eq!(sotw(&m.poll(&world.snapshot)[0]).resources.len(), 1);
+}
+
+#[test]
+fn unknown_type_urls_are_refused() {
+    let mut m = delta_machine();
+    let error = m
+        .on_delta_request(delta_request(
+            "type.googleapis.com/no.such.Type",
+            &[],
+            &[],
+            "",
+        ))
+        .unwrap_err();
+    assert_eq!(error.code(), tonic::Code::InvalidArgument);
+    assert!(
+        error.message().contains("no.such.Type"),
+        "{}",
+        error.message()
+    );
+    let error = m
+        .on_delta_request(delta_request(
+            "envoy.config.cluster.v3.Cluster",
+            &[],
+            &[],
+            "",
+        ))
+        .unwrap_err();
+    assert_eq!(error.code(), tonic::Code::InvalidArgument);
+    // Any message of the API is a type the server can hold.
+    m.on_delta_request(delta_request(crate::types::RUNTIME, &["r"], &[], ""))
+        .unwrap();
+}

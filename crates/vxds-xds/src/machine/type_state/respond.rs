@@ -1,0 +1,411 @@
+//! Closing the gap between what a client should have and what it has: the *make* phase
+//! (additions, updates, variant swaps, and what does not exist) and the *break* phase
+//! (removals), the responses that carry them, and the client's answers, which decide when a
+//! removal may go (A74: never while an update computed before it is unanswered or refused).
+
+use std::collections::{BTreeMap, BTreeSet};
+use std::sync::Arc;
+
+use vxds_envoy::resource::content_hash;
+
+use super::*;
+use crate::wire::{DeltaResponse, Naming, RemovedName, SotwEntry, SotwResponse};
+
+impl TypeState {
+    // ---- closing the gap -----------------------------------------------------------------
+
+    /// The sequence number of the earliest response of this type that is not settled: sent
+    /// and unanswered (a SotW response answers for those it superseded), or refused and not
+    /// yet followed by an accepted one. `u64::MAX` when everything is settled.
+    pub fn unsettled_from(&self) -> u64 {
+        let unanswered = self.outstanding.values().map(|o| o.since);
+        let refused = self.refused.map(|r| r.since);
+        unanswered.chain(refused).min().unwrap_or(u64::MAX)
+    }
+
+    /// A type the client no longer watches (it unsubscribed from everything): it answers
+    /// nothing of that type any more (Envoy drops responses for unwatched types), so nothing
+    /// may wait for such an answer, and nothing is sent.
+    pub fn release_if_unwatched(&mut self) {
+        if self.seen_request && !self.wildcard() && self.subscription_count() == 0 {
+            self.outstanding.clear();
+            self.refused = None;
+            self.force_send = false;
+        }
+    }
+
+    /// Stamps removals that just became due with `seq`, the last response sent so far: they
+    /// may go once every response up to it is accepted.
+    pub fn stamp_removals(&mut self, seq: u64) {
+        let due: BTreeSet<ItemKey> = self.pending_removals().cloned().collect();
+        self.removal_stamps.retain(|k, _| due.contains(k));
+        for key in due {
+            self.removal_stamps.entry(key).or_insert(seq);
+        }
+    }
+
+    /// Whether the removal of `key` may go, given that every response before `settled_before`
+    /// is accepted.
+    fn removal_eligible(&self, key: &ItemKey, settled_before: u64) -> bool {
+        self.removal_stamps
+            .get(key)
+            .is_some_and(|stamp| *stamp < settled_before)
+    }
+
+    /// Additions or updates the client does not have yet.
+    fn pending_upserts(&self) -> impl Iterator<Item = (&ItemKey, &Item)> {
+        self.dirty.iter().filter_map(|k| {
+            let item = self.desired.get(k)?;
+            let current = self.sent.get(k).map(Sent::version);
+            (current != Some(item.version())).then_some((k, item))
+        })
+    }
+
+    /// Removals pending: what the client has that it should no longer have.
+    fn pending_removals(&self) -> impl Iterator<Item = &ItemKey> {
+        self.dirty
+            .iter()
+            .filter(|k| self.sent.contains_key(*k) && !self.desired.contains_key(*k))
+    }
+
+    fn eligible_removals(&self, settled_before: u64) -> impl Iterator<Item = &ItemKey> {
+        self.pending_removals()
+            .filter(move |k| self.removal_eligible(k, settled_before))
+    }
+
+    /// A client answered the response `nonce`. `None` when the nonce is not one in flight.
+    pub fn answer(
+        &mut self,
+        nonce: &str,
+        error: Option<String>,
+        client_version: &str,
+    ) -> Option<Ack> {
+        let answered = self.outstanding.remove(nonce)?;
+        let version = answered.version;
+        Some(match error {
+            Some(message) => {
+                self.nacked_version = Some(version.clone());
+                // What was computed after the refused update stays held back (A74).
+                let since = self
+                    .refused
+                    .map_or(answered.since, |r| r.since.min(answered.since));
+                self.refused = Some(Refused {
+                    seq: answered.seq,
+                    since,
+                });
+                Ack::Nacked { version, message }
+            }
+            None => {
+                // A later version accepted: the refusal is behind the client, and the refused
+                // content may be sent again if it comes back.
+                if self.refused.is_some_and(|r| answered.seq > r.seq) {
+                    self.refused = None;
+                }
+                if self.nacked_version.as_deref() != Some(version.as_str()) {
+                    self.nacked_version = None;
+                }
+                Ack::Acked {
+                    version: if client_version.is_empty() {
+                        version
+                    } else {
+                        client_version.to_owned()
+                    },
+                }
+            }
+        })
+    }
+
+    /// SotW, make phase: the full state with additions and updates, keeping what is due for
+    /// removal until it is eligible (see [`Self::stamp_removals`]). `None` when there is
+    /// nothing to say.
+    pub fn sotw_make(
+        &mut self,
+        seq: u64,
+        wrap_all: bool,
+        settled_before: u64,
+    ) -> Option<SotwResponse> {
+        let has_upserts = self.pending_upserts().next().is_some();
+        if !has_upserts && !self.force_send {
+            return None;
+        }
+        let keep = self.sotw_kept(settled_before);
+        self.sotw_respond(seq, wrap_all, keep)
+    }
+
+    /// SotW, break phase: the full state without the removals that are eligible.
+    pub fn sotw_break(
+        &mut self,
+        seq: u64,
+        wrap_all: bool,
+        settled_before: u64,
+    ) -> Option<SotwResponse> {
+        self.eligible_removals(settled_before).next()?;
+        let keep = self.sotw_kept(settled_before);
+        self.sotw_respond(seq, wrap_all, keep)
+    }
+
+    /// What the client has and should no longer have, but keeps for now: removals not yet
+    /// eligible. A resource whose name the new state carries anyway (another variant of it)
+    /// is replaced, not kept: SotW clients key by name, and a name twice is refused.
+    fn sotw_kept(&self, settled_before: u64) -> Vec<(ItemKey, Sent)> {
+        self.sent
+            .iter()
+            .filter(|(k, _)| !self.desired.contains_key(*k))
+            .filter(|(k, _)| !self.removal_eligible(k, settled_before))
+            .filter(|(k, _)| !self.desires_name(k.name()))
+            .map(|(k, s)| (k.clone(), s.clone()))
+            .collect()
+    }
+
+    /// Whether the desired state holds something under `name`, by name or as a variant.
+    fn desires_name(&self, name: &Arc<str>) -> bool {
+        let first = ItemKey::Variant(name.clone(), vxds_core::ConstraintsId::MIN);
+        let last = ItemKey::Variant(name.clone(), vxds_core::ConstraintsId::MAX);
+        self.desired.contains_key(&ItemKey::Name(name.clone()))
+            || self.desired.range(first..=last).next().is_some()
+    }
+
+    fn sotw_respond(
+        &mut self,
+        seq: u64,
+        wrap_all: bool,
+        keep: Vec<(ItemKey, Sent)>,
+    ) -> Option<SotwResponse> {
+        let nonce = seq.to_string();
+        let entry = |key: &ItemKey, item: &Item| {
+            if item.constrained || wrap_all {
+                SotwEntry::Wrapped(item.wrapped(key.name()))
+            } else {
+                SotwEntry::Bare(item.variant().body.clone())
+            }
+        };
+        let mut entries: BTreeMap<ItemKey, (SotwEntry, Item)> = BTreeMap::new();
+        for (key, item) in &self.desired {
+            entries.insert(key.clone(), (entry(key, item), item.clone()));
+        }
+        for (key, sent) in keep {
+            // Kept for make-before-break; what the client reported but was never sent cannot be.
+            let Sent::Delivered(item) = sent else {
+                continue;
+            };
+            entries.insert(key.clone(), (entry(&key, &item), item));
+        }
+        // Never one name twice (a name subscribed both plainly and by locator): the first wins.
+        let mut names: BTreeSet<Arc<str>> = BTreeSet::new();
+        entries.retain(|key, _| names.insert(key.name().clone()));
+        let mut parts: Vec<&[u8]> = vec![self.type_url.as_bytes()];
+        let labels: Vec<String> = entries
+            .iter()
+            .map(|(k, (_, item))| format!("{k:?}={}", item.version()))
+            .collect();
+        parts.extend(labels.iter().map(|l| l.as_bytes()));
+        let version = content_hash("vxds.sotw.v1", &parts);
+        let force = std::mem::take(&mut self.force_send);
+        let repeat = self.last_version.as_deref() == Some(version.as_str());
+        let refused = self.nacked_version.as_deref() == Some(version.as_str());
+        if !force && (repeat || refused) {
+            self.dirty
+                .retain(|k| self.sent.contains_key(k) && !self.desired.contains_key(k));
+            return None;
+        }
+        self.sent = entries
+            .iter()
+            .map(|(k, (_, item))| (k.clone(), Sent::Delivered(item.clone())))
+            .collect();
+        self.held_changes = HeldChanges::All;
+        self.dirty
+            .retain(|k| self.sent.contains_key(k) && !self.desired.contains_key(k));
+        self.last_version = Some(version.clone());
+        self.last_nonce = Some(nonce.clone());
+        // The client answers only the latest response: it stands for those it supersedes.
+        let since = self
+            .outstanding
+            .values()
+            .map(|o| o.since)
+            .min()
+            .unwrap_or(seq)
+            .min(seq);
+        self.outstanding.clear();
+        self.outstanding.insert(
+            nonce.clone(),
+            Outstanding {
+                version: version.clone(),
+                seq,
+                since,
+            },
+        );
+        Some(SotwResponse {
+            version_info: version,
+            resources: entries.into_values().map(|(e, _)| e).collect(),
+            type_url: self.type_url.clone(),
+            nonce,
+        })
+    }
+
+    /// Delta, make phase: additions and updates, and what the client subscribed to but does
+    /// not exist. `None` when there is nothing to say.
+    pub fn delta_make(&mut self, seq: u64, system_version: &str) -> Option<DeltaResponse> {
+        let upserts: Vec<(ItemKey, Item)> = self
+            .pending_upserts()
+            .map(|(k, item)| (k.clone(), item.clone()))
+            .collect();
+        let mut response = DeltaResponse::default();
+        for (key, item) in upserts {
+            response.resources.push(item.wrapped(key.name()));
+            self.send(key.clone(), Sent::Delivered(item));
+            self.dirty.remove(&key);
+            // A resource that exists again is no longer reported missing.
+            if !self.reported_missing.is_empty() {
+                self.reported_missing
+                    .remove(&Missing::Name(key.name().to_string()));
+            }
+        }
+        // A variant replaced by another (TP2): the old one's removal goes in the same response
+        // as the new one, so that the client swaps them atomically.
+        let replaced: BTreeSet<ItemKey> = response
+            .resources
+            .iter()
+            .filter(|r| matches!(r.naming, Naming::Constrained(_)))
+            .flat_map(|r| self.sent_variants(&r.name))
+            .filter(|old| !self.desired.contains_key(*old))
+            .cloned()
+            .collect();
+        for key in replaced {
+            let sent = self.unsend(&key);
+            self.dirty.remove(&key);
+            response.removed_resource_names.push(RemovedName {
+                name: key.name().to_string(),
+                constraints: sent.and_then(|s| s.constraints()),
+            });
+        }
+        // Whatever is neither to send nor to remove needs no attention.
+        self.dirty
+            .retain(|k| self.sent.contains_key(k) && !self.desired.contains_key(k));
+
+        // Tell the client what does not exist, so that it does not wait for it. What it has is
+        // a removal instead, for the break phase.
+        let still_missing: BTreeSet<Missing> = self.missing.clone();
+        self.reported_missing.retain(|m| match m {
+            Missing::Glob(g) => self.glob_members.get(g).is_some_and(BTreeSet::is_empty),
+            other => still_missing.contains(other),
+        });
+        for missing in still_missing {
+            if self.reported_missing.contains(&missing) {
+                continue;
+            }
+            match &missing {
+                Missing::Name(name)
+                    if self
+                        .sent
+                        .contains_key(&ItemKey::Name(Arc::from(name.as_str()))) =>
+                {
+                    continue;
+                }
+                Missing::Name(name) => response.removed_resources.push(name.clone()),
+                Missing::Locator(name, _) => {
+                    if self
+                        .sent_variants(&Arc::from(name.as_str()))
+                        .next()
+                        .is_some()
+                    {
+                        continue;
+                    }
+                    response.removed_resource_names.push(RemovedName {
+                        name: name.clone(),
+                        constraints: None,
+                    });
+                }
+                Missing::Glob(_) => continue,
+            }
+            self.reported_missing.insert(missing);
+        }
+        // An empty glob collection is reported by its own name, once its members are gone.
+        for (glob, members) in &self.glob_members {
+            let report = Missing::Glob(glob.clone());
+            let Some(url) = self.globs.get(glob).map(|g| &g.url) else {
+                continue;
+            };
+            // Reported only once the client holds none of its members any more.
+            let holds = self.sent.keys().any(|k| {
+                vxds_core::xdstp::XdstpUrn::parse(k.name()).is_ok_and(|urn| url.glob_matches(&urn))
+            });
+            if members.is_empty() && !holds && !self.reported_missing.contains(&report) {
+                response.removed_resources.push(glob.clone());
+                self.reported_missing.insert(report);
+            }
+        }
+        self.finish_delta(response, seq, system_version)
+    }
+
+    /// Delta, break phase: the eligible removals of what the client has.
+    pub fn delta_break(
+        &mut self,
+        seq: u64,
+        system_version: &str,
+        settled_before: u64,
+    ) -> Option<DeltaResponse> {
+        let removals: Vec<ItemKey> = self.eligible_removals(settled_before).cloned().collect();
+        let mut response = DeltaResponse::default();
+        for key in removals {
+            let sent = self.unsend(&key);
+            self.dirty.remove(&key);
+            match &key {
+                ItemKey::Name(name) => {
+                    response.removed_resources.push(name.to_string());
+                    let missing = Missing::Name(name.to_string());
+                    if self.missing.contains(&missing) {
+                        self.reported_missing.insert(missing);
+                    }
+                }
+                ItemKey::Variant(name, _) => {
+                    response.removed_resource_names.push(RemovedName {
+                        name: name.to_string(),
+                        constraints: sent.and_then(|s| s.constraints()),
+                    });
+                    // A locator that matches nothing now: this removal says so, once.
+                    let missing: Vec<Missing> = self
+                        .missing
+                        .iter()
+                        .filter(|m| matches!(m, Missing::Locator(n, _) if **n == **name))
+                        .cloned()
+                        .collect();
+                    self.reported_missing.extend(missing);
+                }
+            }
+        }
+        self.finish_delta(response, seq, system_version)
+    }
+
+    fn finish_delta(
+        &mut self,
+        mut response: DeltaResponse,
+        seq: u64,
+        system_version: &str,
+    ) -> Option<DeltaResponse> {
+        if response.resources.is_empty()
+            && response.removed_resources.is_empty()
+            && response.removed_resource_names.is_empty()
+        {
+            return None;
+        }
+        response.type_url = self.type_url.clone();
+        response.nonce = seq.to_string();
+        response.system_version_info = system_version.to_owned();
+        self.outstanding.insert(
+            response.nonce.clone(),
+            Outstanding {
+                version: system_version.to_owned(),
+                seq,
+                since: seq,
+            },
+        );
+        Some(response)
+    }
+
+    /// What the client holds, for visibility.
+    pub fn held(&self) -> impl Iterator<Item = (HeldKey, Sent)> + '_ {
+        self.sent
+            .iter()
+            .map(|(key, sent)| (key.held_key(), sent.clone()))
+    }
+}
