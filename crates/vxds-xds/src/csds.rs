@@ -1,6 +1,7 @@
 //! CSDS (`envoy.service.status.v3.ClientStatusDiscoveryService`): what the server knows of
 //! each connected client — what it sent, what the client acknowledged or refused and why —
-//! the same data as `GET /v1/clients`, in Envoy's own form.
+//! the same data as `GET /v1/clients`, in Envoy's own form. Secret bodies are never returned
+//! (the xDS port authenticates nobody); `XdsConfig::csds` turns the service off.
 
 use std::collections::BTreeMap;
 use std::sync::Arc;
@@ -135,13 +136,16 @@ fn generic_configs(ty: &TypeStatus, exclude_contents: bool) -> Vec<GenericXdsCon
                 ..Default::default()
             });
     let last_updated = ty.last_sent.as_ref().and_then(|s| timestamp(&s.at));
+    // CSDS answers anyone who reaches the xDS port: secret bodies (private keys) never leave
+    // through it; their names, versions and status do.
+    let redact = exclude_contents || ty.type_url == crate::types::SECRET;
     ty.resources
         .iter()
         .map(|r| GenericXdsConfig {
             type_url: ty.type_url.clone(),
             name: r.name.to_string(),
             version_info: r.version.to_string(),
-            xds_config: if exclude_contents {
+            xds_config: if redact {
                 None
             } else {
                 r.body.as_ref().and_then(|b| Any::decode(b.clone()).ok())

@@ -47,15 +47,23 @@ pub struct XdsConfig {
     pub max_response_bytes: usize,
     /// Responses queued per stream before the stream waits for its client.
     pub queue_depth: usize,
+    /// Serve CSDS (what each client holds, secret bodies excepted) on the xDS port.
+    pub csds: bool,
+    /// Concurrent streams one HTTP/2 connection may open.
+    pub max_concurrent_streams: u32,
 }
 
 impl Default for XdsConfig {
     fn default() -> Self {
         Self {
             machine: MachineConfig::default(),
-            max_request_bytes: 4 << 20,
+            // Room for the default 100,000 subscriptions at ~160 bytes a name.
+            max_request_bytes: 16 << 20,
             max_response_bytes: 256 << 20,
             queue_depth: 16,
+            csds: true,
+            // Envoy and gRPC open one ADS stream per connection; per-type services a few.
+            max_concurrent_streams: 64,
         }
     }
 }
@@ -90,16 +98,17 @@ impl Drop for XdsServer {
 impl XdsServer {
     /// Serves `index`; starts the dispatcher that follows it.
     pub fn new(index: Index, config: XdsConfig, metrics: Arc<XdsMetrics>) -> Self {
-        let registry = Arc::new(Registry::default());
+        let registry = Arc::new(Registry::new(index.snapshot()));
         let dispatcher = tokio::spawn(registry::dispatch_changes(index.clone(), registry.clone()));
         let shared = Arc::new(Shared {
-            index,
             registry,
             machine: Arc::new(config.machine),
             metrics,
             max_request_bytes: config.max_request_bytes,
             max_response_bytes: config.max_response_bytes,
             queue_depth: config.queue_depth.max(1),
+            csds: config.csds,
+            max_concurrent_streams: config.max_concurrent_streams.max(1),
             closing: tokio::sync::watch::channel(false).0,
         });
         Self { shared, dispatcher }
@@ -110,10 +119,10 @@ impl XdsServer {
         self.shared.registry.clone()
     }
 
-    /// All the gRPC services: ADS, the per-type services and CSDS.
+    /// All the gRPC services: ADS, the per-type services and (unless turned off) CSDS.
     pub fn routes(&self) -> tonic::service::Routes {
         let s = &self.shared;
-        tonic::service::Routes::new(XdsGrpc::<Ads>::new(s.clone()))
+        let routes = tonic::service::Routes::new(XdsGrpc::<Ads>::new(s.clone()))
             .add_service(XdsGrpc::<Lds>::new(s.clone()))
             .add_service(XdsGrpc::<Rds>::new(s.clone()))
             .add_service(XdsGrpc::<Cds>::new(s.clone()))
@@ -122,10 +131,13 @@ impl XdsServer {
             .add_service(XdsGrpc::<Rtds>::new(s.clone()))
             .add_service(XdsGrpc::<Vhds>::new(s.clone()))
             .add_service(XdsGrpc::<Srds>::new(s.clone()))
-            .add_service(XdsGrpc::<Ecds>::new(s.clone()))
-            .add_service(ClientStatusDiscoveryServiceServer::new(csds::Csds::new(
-                s.registry.clone(),
-            )))
+            .add_service(XdsGrpc::<Ecds>::new(s.clone()));
+        if !s.csds {
+            return routes;
+        }
+        routes.add_service(ClientStatusDiscoveryServiceServer::new(csds::Csds::new(
+            s.registry.clone(),
+        )))
     }
 
     /// Serves on `listener` until `shutdown` resolves; then open streams are ended with
@@ -141,6 +153,7 @@ impl XdsServer {
             shared.closing.send_replace(true);
         };
         tonic::transport::Server::builder()
+            .max_concurrent_streams(Some(self.shared.max_concurrent_streams))
             .http2_keepalive_interval(Some(std::time::Duration::from_secs(30)))
             .http2_keepalive_timeout(Some(std::time::Duration::from_secs(10)))
             .add_routes(self.routes())

@@ -3,22 +3,33 @@
 //!
 //! The dispatcher follows the index; for each new snapshot it looks up the changed resources
 //! (by name, by type for wildcard subscribers, by collection for glob subscribers) and marks
-//! them in the inboxes of the streams that care. An inbox coalesces: however many revisions
-//! pass while a stream is busy, it holds each changed resource once, and the stream catches up
-//! with one computation from the latest snapshot. Work per revision is proportional to the
-//! subscriptions it touches, and a slow stream costs memory only for what changed.
+//! them in the inboxes of the streams that care, each stream once per revision. An inbox
+//! coalesces: however many revisions pass while a stream is busy, it holds each changed
+//! resource once, and the stream catches up with one computation. Work per revision is
+//! proportional to the subscriptions it touches, and a slow stream costs memory only for what
+//! changed.
+//!
+//! One revision at a time (A74): a snapshot is *published* to the streams only after every
+//! stream it concerns has been marked, and streams compute only from published snapshots
+//! ([`Registry::catch_up`]), so no stream sees a revision's data without its changes. The
+//! registry's lock is held per chunk of changed resources, never while marking, so streams
+//! connect and leave during a big push; a stream whose interest changes mid-dispatch is marked
+//! with the whole revision being dispatched.
 
 use std::collections::{BTreeMap, BTreeSet, HashMap, HashSet};
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::{Arc, Mutex};
 
-use tokio::sync::Notify;
+use tokio::sync::{Notify, watch};
 use vxds_core::xdstp::XdstpUrn;
 use vxds_envoy::changeset::ResourceKey;
-use vxds_store::Index;
+use vxds_store::{Index, Snapshot};
 
-use crate::machine::Interest;
+use crate::machine::{Interest, StreamMachine};
 use crate::status::ClientStatus;
+
+/// Changed resources looked up per lock of the registry.
+const DISPATCH_CHUNK: usize = 256;
 
 /// The changes waiting for one stream.
 #[derive(Debug, Default)]
@@ -31,20 +42,34 @@ pub struct Inbox {
 struct Pending {
     keys: BTreeSet<ResourceKey>,
     everything: bool,
+    /// The latest revision marked: the stream must compute from a snapshot at least as new.
+    revision: u64,
+}
+
+/// What a stream was told since it last looked.
+#[derive(Debug, Default)]
+pub struct Marked {
+    /// The changed resources, or `None` for everything.
+    pub keys: Option<BTreeSet<ResourceKey>>,
+    pub revision: u64,
 }
 
 impl Inbox {
-    fn mark(&self, key: &ResourceKey) {
+    fn mark<'a>(&self, keys: impl IntoIterator<Item = &'a ResourceKey>, revision: u64) {
         if let Ok(mut pending) = self.pending.lock() {
-            pending.keys.insert(key.clone());
+            if !pending.everything {
+                pending.keys.extend(keys.into_iter().cloned());
+            }
+            pending.revision = pending.revision.max(revision);
         }
         self.notify.notify_one();
     }
 
-    fn mark_everything(&self) {
+    fn mark_everything(&self, revision: u64) {
         if let Ok(mut pending) = self.pending.lock() {
             pending.everything = true;
             pending.keys.clear();
+            pending.revision = pending.revision.max(revision);
         }
         self.notify.notify_one();
     }
@@ -54,16 +79,31 @@ impl Inbox {
         self.notify.notified().await;
     }
 
-    /// What was marked since the last take: the keys, or `None` for everything.
-    pub fn take(&self) -> Option<BTreeSet<ResourceKey>> {
+    /// What was marked since the last take.
+    pub fn take(&self) -> Marked {
         let Ok(mut pending) = self.pending.lock() else {
-            return None;
+            return Marked::default();
         };
+        let revision = std::mem::take(&mut pending.revision);
         if std::mem::take(&mut pending.everything) {
-            return None;
+            return Marked {
+                keys: None,
+                revision,
+            };
         }
-        Some(std::mem::take(&mut pending.keys))
+        Marked {
+            keys: Some(std::mem::take(&mut pending.keys)),
+            revision,
+        }
     }
+}
+
+/// The revision being dispatched, for streams whose interest changes meanwhile.
+#[derive(Debug)]
+struct Dispatching {
+    revision: u64,
+    /// `None`: everything changed.
+    changed: Option<Arc<BTreeSet<ResourceKey>>>,
 }
 
 #[derive(Debug)]
@@ -75,6 +115,7 @@ struct Entry {
 
 #[derive(Debug, Default)]
 struct Indexes {
+    dispatching: Option<Dispatching>,
     streams: HashMap<u64, Entry>,
     by_name: HashMap<(String, String), HashSet<u64>>,
     wildcard: HashMap<String, HashSet<u64>>,
@@ -134,10 +175,12 @@ fn remove<K: std::hash::Hash + Eq>(map: &mut HashMap<K, HashSet<u64>>, key: &K, 
 }
 
 /// Every connected stream.
-#[derive(Debug, Default)]
+#[derive(Debug)]
 pub struct Registry {
     indexes: Mutex<Indexes>,
     next_id: AtomicU64,
+    /// The latest snapshot whose changes every stream has been told of.
+    published: watch::Sender<Arc<Snapshot>>,
 }
 
 /// A stream's place in the registry; dropping it (the stream ended) removes the stream.
@@ -159,6 +202,15 @@ impl Drop for Registration {
 }
 
 impl Registry {
+    /// A registry whose streams start from `snapshot`.
+    pub fn new(snapshot: Arc<Snapshot>) -> Self {
+        Self {
+            indexes: Mutex::default(),
+            next_id: AtomicU64::new(0),
+            published: watch::channel(snapshot).0,
+        }
+    }
+
     pub fn next_id(&self) -> u64 {
         self.next_id.fetch_add(1, Ordering::Relaxed) + 1
     }
@@ -196,52 +248,128 @@ impl Registry {
         };
         indexes.unindex(id, &old);
         indexes.index(id, &interest);
-        if let Some(entry) = indexes.streams.get_mut(&id) {
-            entry.interest = interest;
+        let indexes = &mut *indexes;
+        let Some(entry) = indexes.streams.get_mut(&id) else {
+            return;
+        };
+        entry.interest = interest;
+        // A revision being dispatched may have looked this stream up before the change: it
+        // gets the whole revision, and waits for its publication before computing.
+        if let Some(dispatching) = &indexes.dispatching {
+            match &dispatching.changed {
+                Some(changed) => entry.inbox.mark(changed.iter(), dispatching.revision),
+                None => entry.inbox.mark_everything(dispatching.revision),
+            }
         }
     }
 
-    /// Marks `changed` for the streams that subscribe to it.
-    pub fn dispatch(&self, changed: &BTreeSet<ResourceKey>) {
-        let Ok(indexes) = self.indexes.lock() else {
-            return;
-        };
-        for key in changed {
-            let mut streams: HashSet<u64> = HashSet::new();
-            if let Some(ids) = indexes
-                .by_name
-                .get(&(key.type_url.clone(), key.name.clone()))
+    /// The latest published snapshot.
+    pub fn snapshot(&self) -> Arc<Snapshot> {
+        self.published.borrow().clone()
+    }
+
+    /// Brings `machine` up to date with what its inbox holds, and returns the snapshot to
+    /// compute from: published, and at least as new as every change the machine was told of.
+    pub async fn catch_up(&self, inbox: &Inbox, machine: &mut StreamMachine) -> Arc<Snapshot> {
+        let mut published = self.published.subscribe();
+        loop {
+            // Snapshot first, then the inbox: every mark up to its revision is in the inbox
+            // by the time it is published.
+            let snapshot = published.borrow_and_update().clone();
+            let marked = inbox.take();
+            match &marked.keys {
+                Some(keys) => machine.on_changes(keys),
+                None => machine.on_everything_changed(),
+            }
+            if marked.revision <= snapshot.revision {
+                return snapshot;
+            }
+            // Marked for a revision still being dispatched: wait for it, then look again.
+            if published
+                .wait_for(|s| s.revision >= marked.revision)
+                .await
+                .is_err()
             {
-                streams.extend(ids);
+                return self.snapshot();
             }
-            if let Some(ids) = indexes.wildcard.get(&key.type_url) {
-                streams.extend(ids);
+        }
+    }
+
+    /// Tells the streams `snapshot` concerns what changed (everything, when `changed` is
+    /// `None`), then publishes it.
+    pub fn dispatch(&self, snapshot: Arc<Snapshot>, changed: Option<BTreeSet<ResourceKey>>) {
+        let revision = snapshot.revision;
+        let changed = changed.map(Arc::new);
+        if let Ok(mut indexes) = self.indexes.lock() {
+            indexes.dispatching = Some(Dispatching {
+                revision,
+                changed: changed.clone(),
+            });
+        }
+        match &changed {
+            Some(changed) => {
+                let targets = self.targets(changed);
+                for (inbox, keys) in targets.into_values() {
+                    inbox.mark(keys, revision);
+                }
             }
-            if !indexes.by_collection.is_empty()
-                && let Some(collection) =
-                    XdstpUrn::parse(&key.name).ok().and_then(|u| u.collection())
-                && let Some(ids) = indexes
-                    .by_collection
-                    .get(&(key.type_url.clone(), collection.to_string()))
-            {
-                streams.extend(ids);
+            None => {
+                let inboxes: Vec<Arc<Inbox>> = match self.indexes.lock() {
+                    Ok(indexes) => indexes.streams.values().map(|e| e.inbox.clone()).collect(),
+                    Err(_) => Vec::new(),
+                };
+                inboxes.iter().for_each(|i| i.mark_everything(revision));
             }
-            for id in streams {
-                if let Some(entry) = indexes.streams.get(&id) {
-                    entry.inbox.mark(key);
+        }
+        if let Ok(mut indexes) = self.indexes.lock() {
+            indexes.dispatching = None;
+            self.published.send_replace(snapshot);
+        }
+    }
+
+    /// The streams each changed resource concerns, looked up a chunk at a time.
+    fn targets<'a>(
+        &self,
+        changed: &'a BTreeSet<ResourceKey>,
+    ) -> HashMap<u64, (Arc<Inbox>, Vec<&'a ResourceKey>)> {
+        let mut targets: HashMap<u64, (Arc<Inbox>, Vec<&ResourceKey>)> = HashMap::new();
+        let keys: Vec<&ResourceKey> = changed.iter().collect();
+        for chunk in keys.chunks(DISPATCH_CHUNK) {
+            let Ok(indexes) = self.indexes.lock() else {
+                return targets;
+            };
+            for key in chunk {
+                let mut streams: HashSet<u64> = HashSet::new();
+                if let Some(ids) = indexes
+                    .by_name
+                    .get(&(key.type_url.clone(), key.name.clone()))
+                {
+                    streams.extend(ids);
+                }
+                if let Some(ids) = indexes.wildcard.get(&key.type_url) {
+                    streams.extend(ids);
+                }
+                if !indexes.by_collection.is_empty()
+                    && let Some(collection) =
+                        XdstpUrn::parse(&key.name).ok().and_then(|u| u.collection())
+                    && let Some(ids) = indexes
+                        .by_collection
+                        .get(&(key.type_url.clone(), collection.to_string()))
+                {
+                    streams.extend(ids);
+                }
+                for id in streams {
+                    if let Some(entry) = indexes.streams.get(&id) {
+                        targets
+                            .entry(id)
+                            .or_insert_with(|| (entry.inbox.clone(), Vec::new()))
+                            .1
+                            .push(key);
+                    }
                 }
             }
         }
-    }
-
-    /// Every stream must look at everything again.
-    pub fn dispatch_everything(&self) {
-        if let Ok(indexes) = self.indexes.lock() {
-            indexes
-                .streams
-                .values()
-                .for_each(|e| e.inbox.mark_everything());
-        }
+        targets
     }
 
     pub fn len(&self) -> usize {
@@ -267,16 +395,21 @@ impl Registry {
     }
 }
 
-/// Follows the index and tells the streams what changed.
+/// Follows the index and tells the streams what changed, one revision at a time.
 pub async fn dispatch_changes(index: Index, registry: Arc<Registry>) {
     let mut snapshots = index.subscribe();
-    let mut last = snapshots.borrow_and_update().revision;
-    while snapshots.changed().await.is_ok() {
+    loop {
         let snapshot = snapshots.borrow_and_update().clone();
-        match snapshot.changed_since(last) {
-            Some(changed) => registry.dispatch(&changed),
-            None => registry.dispatch_everything(),
+        let last = registry.snapshot().revision;
+        if snapshot.revision != last {
+            // A head that went backwards (a restored database) invalidates everything.
+            let changed = (snapshot.revision > last)
+                .then(|| snapshot.changed_since(last))
+                .flatten();
+            registry.dispatch(snapshot, changed);
         }
-        last = snapshot.revision;
+        if snapshots.changed().await.is_err() {
+            return;
+        }
     }
 }

@@ -22,7 +22,6 @@ use tonic::{Request, Response as GrpcResponse, Status, Streaming};
 use tonic_prost::{ProstCodec, ProstDecoder, ProstEncoder};
 use tracing::{debug, warn};
 use vxds_envoy::pb::envoy::service::discovery::v3::{DeltaDiscoveryRequest, DiscoveryRequest};
-use vxds_store::Index;
 
 use crate::machine::{MachineConfig, Protocol, RequestOutcome, Response, StreamMachine};
 use crate::metrics::{StreamLabels, TypeLabels, XdsMetrics};
@@ -67,7 +66,6 @@ where
 /// What every stream of the server shares.
 #[derive(Debug)]
 pub(crate) struct Shared {
-    pub index: Index,
     pub registry: Arc<Registry>,
     pub machine: Arc<MachineConfig>,
     pub metrics: Arc<XdsMetrics>,
@@ -75,6 +73,8 @@ pub(crate) struct Shared {
     pub max_response_bytes: usize,
     /// Responses queued per stream before the stream waits for its client.
     pub queue_depth: usize,
+    pub csds: bool,
+    pub max_concurrent_streams: u32,
     /// Set when the server stops: streams end, so that the graceful shutdown can finish.
     pub closing: tokio::sync::watch::Sender<bool>,
 }
@@ -254,7 +254,7 @@ impl UnaryService<DiscoveryRequest> for FetchMethod {
             let request = request.into_inner();
             let mut machine = StreamMachine::new(0, Protocol::Sotw, spec, shared.machine.clone());
             machine.on_sotw_request(request)?;
-            let snapshot = shared.index.snapshot();
+            let snapshot = shared.registry.snapshot();
             let response = machine.poll(&snapshot).into_iter().find_map(|r| match r {
                 Response::Sotw(r) => Some(r),
                 Response::Delta(_) => None,
@@ -330,7 +330,9 @@ async fn run_stream<Req, Resp>(
                         if outcome.interest_changed {
                             shared.registry.set_interest(id, machine.interest());
                         }
-                        machine.poll(&shared.index.snapshot())
+                        // What the inbox holds first: one revision for every type.
+                        let snapshot = shared.registry.catch_up(&registration.inbox, &mut machine).await;
+                        machine.poll(&snapshot)
                     }
                     Err(status) => {
                         warn!(stream = id, node = ?machine.node().map(|n| n.id.clone()), error = %status.message(), "closing the stream");
@@ -341,18 +343,19 @@ async fn run_stream<Req, Resp>(
                 Ok(None) => break,
                 Err(status) => {
                     // A request too large or undecodable: the client is told why (if it is
-                    // still there to hear it).
+                    // still there to hear it). Too large is a limit, not a bad range.
                     debug!(stream = id, error = %status, "the client's request stream failed");
-                    let _ = out.send(Box::new(Err(status))).await;
+                    let status = if status.code() == tonic::Code::OutOfRange {
+                        Status::resource_exhausted(status.message().to_owned())
+                    } else {
+                        status
+                    };
+                    let _ = out.try_send(Box::new(Err(status)));
                     break;
                 }
             },
             () = registration.inbox.wait() => {
-                match registration.inbox.take() {
-                    Some(keys) => machine.on_changes(&keys),
-                    None => machine.on_everything_changed(),
-                }
-                let snapshot = shared.index.snapshot();
+                let snapshot = shared.registry.catch_up(&registration.inbox, &mut machine).await;
                 let responses = machine.poll(&snapshot);
                 if !responses.is_empty()
                     && let Some(committed) = snapshot.committed_at_ms()
@@ -364,10 +367,9 @@ async fn run_stream<Req, Resp>(
             }
             () = out.closed() => break,
             () = until_closing(&mut closing) => {
-                // Clients reconnect on UNAVAILABLE, to another replica if there is one.
-                let _ = out
-                    .send(Box::new(Err(Status::unavailable("vxds is shutting down"))))
-                    .await;
+                // Clients reconnect on UNAVAILABLE, to another replica if there is one. A
+                // client that does not read gets no say in how long shutdown takes.
+                let _ = out.try_send(Box::new(Err(Status::unavailable("vxds is shutting down"))));
                 break;
             }
         };
@@ -376,8 +378,15 @@ async fn run_stream<Req, Resp>(
             let Some(response) = unwrap(response) else {
                 continue;
             };
-            if out.send(Box::new(Ok(response))).await.is_err() {
-                debug!(stream = id, "the client left mid-push");
+            let sent = tokio::select! {
+                sent = out.send(Box::new(Ok(response))) => sent.is_ok(),
+                () = until_closing(&mut closing) => false,
+            };
+            if !sent {
+                debug!(
+                    stream = id,
+                    "the client left mid-push, or the server is closing"
+                );
                 return;
             }
             shared

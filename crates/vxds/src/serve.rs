@@ -52,9 +52,15 @@ pub struct ServeArgs {
     /// Subscriptions one xDS stream may hold.
     #[arg(long, env = "VXDS_XDS_MAX_SUBSCRIPTIONS", default_value_t = 100_000)]
     pub xds_max_subscriptions: usize,
-    /// Largest xDS request, in bytes.
-    #[arg(long, env = "VXDS_XDS_MAX_REQUEST_BYTES", default_value_t = 4 << 20)]
+    /// Largest xDS request, in bytes (room for the default subscription limit).
+    #[arg(long, env = "VXDS_XDS_MAX_REQUEST_BYTES", default_value_t = 16 << 20)]
     pub xds_max_request_bytes: usize,
+    /// Serve CSDS on the xDS port (what each client holds; secret bodies are never returned).
+    #[arg(long, env = "VXDS_XDS_CSDS", default_value_t = true, action = clap::ArgAction::Set)]
+    pub xds_csds: bool,
+    /// How long shutdown waits for open connections before closing them.
+    #[arg(long, env = "VXDS_SHUTDOWN_DEADLINE", default_value = "10s", value_parser = humantime::parse_duration)]
+    pub shutdown_deadline: std::time::Duration,
     /// Largest xDS response, in bytes; a stream whose state outgrows it fails with a clear error.
     #[arg(long, env = "VXDS_XDS_MAX_RESPONSE_BYTES", default_value_t = 256 << 20)]
     pub xds_max_response_bytes: usize,
@@ -105,6 +111,7 @@ pub async fn run(args: ServeArgs) -> anyhow::Result<ExitCode> {
         },
         max_request_bytes: args.xds_max_request_bytes,
         max_response_bytes: args.xds_max_response_bytes,
+        csds: args.xds_csds,
         ..Default::default()
     };
     let xds = vxds_xds::XdsServer::new(index.clone(), xds_config, xds_metrics);
@@ -138,10 +145,23 @@ pub async fn run(args: ServeArgs) -> anyhow::Result<ExitCode> {
     });
     let admin_server = axum::serve(admin, vxds_admin::router(state))
         .with_graceful_shutdown(until_stopped(stopped.clone()));
-    let xds_server = xds.serve(xds_listener, until_stopped(stopped));
-    let (admin_result, xds_result) = tokio::join!(admin_server, xds_server);
-    admin_result.context("serving the admin API")?;
-    xds_result.context("serving xDS")?;
+    let xds_server = xds.serve(xds_listener, until_stopped(stopped.clone()));
+    let servers = async { tokio::join!(admin_server, xds_server) };
+    // Graceful, within a deadline: a client that never reads must not keep the process up.
+    let deadline = args.shutdown_deadline;
+    let past_deadline = async move {
+        until_stopped(stopped).await;
+        tokio::time::sleep(deadline).await;
+    };
+    tokio::select! {
+        (admin_result, xds_result) = servers => {
+            admin_result.context("serving the admin API")?;
+            xds_result.context("serving xDS")?;
+        }
+        () = past_deadline => {
+            tracing::warn!(?deadline, "connections still open at the shutdown deadline; closing them");
+        }
+    }
 
     info!("shutting down");
     follower.abort();
