@@ -17,14 +17,14 @@ use std::borrow::Cow;
 use std::collections::BTreeMap;
 use std::fmt;
 
-use percent_encoding::{AsciiSet, CONTROLS, percent_decode_str, utf8_percent_encode};
+use percent_encoding::{AsciiSet, CONTROLS, utf8_percent_encode};
+
+mod parse;
 
 /// The scheme prefix that makes a name structured; anything else is opaque.
 pub const SCHEME: &str = "xdstp:";
 /// Longest name accepted, in bytes.
 pub const MAX_NAME_LEN: usize = 8192;
-/// How deeply `alt=` directives may nest.
-const MAX_ALT_DEPTH: usize = 4;
 
 // Envoy escapes bytes below 0x20 and from `~` (0x7E) up, plus per-component reserved sets.
 const ALWAYS: &AsciiSet = &CONTROLS.add(b'~').add(b'%');
@@ -219,7 +219,7 @@ impl XdstpUrn {
             id: id.into(),
             context,
         };
-        check_decoded(&parts)?;
+        parse::check_decoded(&parts)?;
         if is_glob_id(&parts.id) {
             return Err(NameError::malformed(
                 Component::Id,
@@ -316,7 +316,7 @@ pub struct XdstpUrl {
 
 impl XdstpUrl {
     pub fn parse(name: &str) -> Result<Self, NameError> {
-        parse_url(name, 0)
+        parse::parse_url(name, 0)
     }
 
     part_accessors!();
@@ -417,204 +417,6 @@ fn write_parts(parts: &Parts, f: &mut fmt::Formatter<'_>) -> fmt::Result {
         f.write_str(param)?;
     }
     Ok(())
-}
-
-fn parse_url(name: &str, alt_depth: usize) -> Result<XdstpUrl, NameError> {
-    if name.len() > MAX_NAME_LEN {
-        return Err(NameError::malformed(
-            Component::Name,
-            format!("{} bytes long; the limit is {MAX_NAME_LEN}", name.len()),
-        ));
-    }
-    let rest = name.strip_prefix(SCHEME).ok_or_else(|| {
-        NameError::malformed(Component::Scheme, "an xdstp name starts with `xdstp://`")
-    })?;
-    let rest = rest
-        .strip_prefix("//")
-        .ok_or_else(|| NameError::malformed(Component::Scheme, "expected `//` after `xdstp:`"))?;
-    let (rest, fragment) = match rest.split_once('#') {
-        Some((rest, fragment)) => (rest, Some(fragment)),
-        None => (rest, None),
-    };
-    let (rest, query) = match rest.split_once('?') {
-        Some((rest, query)) => (rest, Some(query)),
-        None => (rest, None),
-    };
-    let (authority, path) = rest.split_once('/').ok_or_else(|| {
-        NameError::malformed(
-            Component::ResourceType,
-            "missing: expected `xdstp://authority/resource.Type/id`",
-        )
-    })?;
-    let (resource_type, id) = path.split_once('/').unwrap_or((path, ""));
-    let parts = Parts {
-        authority: decode(authority, Component::Authority)?,
-        resource_type: resource_type.to_owned(),
-        id: decode(id, Component::Id)?,
-        context: parse_context(query.unwrap_or(""))?,
-    };
-    check_decoded(&parts)?;
-    let directives = match fragment {
-        Some(fragment) => parse_directives(fragment, alt_depth)?,
-        None => Vec::new(),
-    };
-    Ok(XdstpUrl { parts, directives })
-}
-
-/// Rules on decoded parts, shared by parsing and [`XdstpUrn::new`].
-fn check_decoded(parts: &Parts) -> Result<(), NameError> {
-    check_message_name(&parts.resource_type)?;
-    no_controls(&parts.authority, Component::Authority)?;
-    no_controls(&parts.id, Component::Id)?;
-    for (key, value) in &parts.context {
-        // TP1 reserves `xds.*`; only the well-known `xds.resource.*` attributes may appear.
-        if key.starts_with("xds.") && !key.starts_with("xds.resource.") {
-            return Err(NameError::malformed(
-                Component::ContextParams,
-                format!("`{key}` is in the reserved `xds.` namespace"),
-            ));
-        }
-        no_controls(key, Component::ContextParams)?;
-        no_controls(value, Component::ContextParams)?;
-    }
-    if parts
-        .id
-        .split('/')
-        .rev()
-        .skip(1)
-        .any(|segment| segment == "*")
-    {
-        return Err(NameError::malformed(
-            Component::Id,
-            "a glob `*` may only be the last segment",
-        ));
-    }
-    Ok(())
-}
-
-fn check_message_name(name: &str) -> Result<(), NameError> {
-    let valid_ident = |s: &str| {
-        let mut chars = s.chars();
-        chars
-            .next()
-            .is_some_and(|c| c.is_ascii_alphabetic() || c == '_')
-            && chars.all(|c| c.is_ascii_alphanumeric() || c == '_')
-    };
-    if name.is_empty() {
-        return Err(NameError::malformed(Component::ResourceType, "missing"));
-    }
-    if !name.split('.').all(valid_ident) {
-        return Err(NameError::malformed(
-            Component::ResourceType,
-            format!(
-                "`{name}` is not a protobuf message name like `envoy.config.cluster.v3.Cluster`"
-            ),
-        ));
-    }
-    Ok(())
-}
-
-fn no_controls(s: &str, component: Component) -> Result<(), NameError> {
-    match s.chars().find(|c| c.is_control()) {
-        Some(c) => Err(NameError::malformed(
-            component,
-            format!("contains the control character U+{:04X}", c as u32),
-        )),
-        None => Ok(()),
-    }
-}
-
-/// Strict percent-decoding: every `%` starts a two-digit hex escape, and the result is UTF-8.
-fn decode(s: &str, component: Component) -> Result<String, NameError> {
-    let bytes = s.as_bytes();
-    for (i, _) in s.match_indices('%') {
-        let hex = bytes.get(i + 1..i + 3);
-        if !hex.is_some_and(|h| h.iter().all(u8::is_ascii_hexdigit)) {
-            return Err(NameError::malformed(
-                component,
-                format!("`%` at byte {i} does not start a percent-escape like `%2F`"),
-            ));
-        }
-    }
-    percent_decode_str(s)
-        .decode_utf8()
-        .map(Cow::into_owned)
-        .map_err(|_| NameError::malformed(component, "percent-escapes do not decode to UTF-8"))
-}
-
-fn parse_context(query: &str) -> Result<BTreeMap<String, String>, NameError> {
-    let mut context = BTreeMap::new();
-    if query.is_empty() {
-        return Ok(context);
-    }
-    for param in query.split('&') {
-        let (key, value) = param.split_once('=').ok_or_else(|| {
-            NameError::malformed(
-                Component::ContextParams,
-                format!("`{param}` is not `key=value`"),
-            )
-        })?;
-        let key = decode(key, Component::ContextParams)?;
-        let value = decode(value, Component::ContextParams)?;
-        if context.contains_key(&key) {
-            return Err(NameError::malformed(
-                Component::ContextParams,
-                format!("`{key}` appears twice"),
-            ));
-        }
-        context.insert(key, value);
-    }
-    Ok(context)
-}
-
-fn parse_directives(fragment: &str, alt_depth: usize) -> Result<Vec<Directive>, NameError> {
-    let mut directives = Vec::new();
-    let (mut seen_alt, mut seen_entry) = (false, false);
-    for component in fragment.split(',') {
-        if let Some(alt) = component.strip_prefix("alt=") {
-            if std::mem::replace(&mut seen_alt, true) {
-                return Err(NameError::malformed(
-                    Component::Directives,
-                    "`alt` appears twice",
-                ));
-            }
-            if alt_depth >= MAX_ALT_DEPTH {
-                return Err(NameError::malformed(
-                    Component::Directives,
-                    format!("`alt` nests deeper than {MAX_ALT_DEPTH} levels"),
-                ));
-            }
-            let alt = decode(alt, Component::Directives)?;
-            let url = parse_url(&alt, alt_depth + 1)
-                .map_err(|e| NameError::malformed(Component::Directives, format!("`alt`: {e}")))?;
-            directives.push(Directive::Alt(Box::new(url)));
-        } else if let Some(entry) = component.strip_prefix("entry=") {
-            if std::mem::replace(&mut seen_entry, true) {
-                return Err(NameError::malformed(
-                    Component::Directives,
-                    "`entry` appears twice",
-                ));
-            }
-            let entry = decode(entry, Component::Directives)?;
-            let valid = !entry.is_empty()
-                && entry
-                    .chars()
-                    .all(|c| c.is_ascii_alphanumeric() || "_-./~:".contains(c));
-            if !valid {
-                return Err(NameError::malformed(
-                    Component::Directives,
-                    format!("entry `{entry}` must match [a-zA-Z0-9_\\-./~:]+"),
-                ));
-            }
-            directives.push(Directive::Entry(entry));
-        } else {
-            return Err(NameError::malformed(
-                Component::Directives,
-                format!("unknown directive `{component}` (expected `alt=` or `entry=`)"),
-            ));
-        }
-    }
-    Ok(directives)
 }
 
 #[cfg(test)]
