@@ -12,6 +12,11 @@
 //! is byte-for-byte the name an Envoy client computes. As in Envoy's model the id is a single
 //! string, so `%2F` and `/` in it are the same. Names that do not start with `xdstp:` are opaque
 //! and never touched.
+//!
+//! Context parameters may be in the `xds.*` namespace. TP1 forbids it only in a client's
+//! configured locator, which vxds never parses; Envoy adds `xds.node.*` and
+//! `xds.client_feature.*` to every collection subscription, and a stored resource is a member
+//! of a glob only with exactly the glob's context parameters, those included.
 
 use std::borrow::Cow;
 use std::collections::BTreeMap;
@@ -534,7 +539,6 @@ mod tests {
             ("xdstp://a/T/x%ff", Component::Id),
             ("xdstp://a/T/x?k", Component::ContextParams),
             ("xdstp://a/T/x?k=1&k=2", Component::ContextParams),
-            ("xdstp://a/T/x?xds.node=1", Component::ContextParams),
             ("xdstp://a/T/x/*", Component::Id),
             ("xdstp://a/T/x/*/y", Component::Id),
             ("xdstp://a/T/x#entry=e", Component::Directives),
@@ -550,8 +554,55 @@ mod tests {
             XdstpUrn::parse(&long).unwrap_err().component,
             Component::Name
         );
-        // Computed URNs may carry the well-known attributes.
-        assert!(XdstpUrn::parse("xdstp://a/T/x?xds.resource.vip=1.2.3.4").is_ok());
+    }
+
+    #[test]
+    fn accepts_the_xds_context_params_envoy_sends() {
+        // Envoy's XdsTpAdsIntegrationTest.Basic: a CDS glob with the node's context parameters
+        // and a member with the same ones.
+        let glob = url(
+            "xdstp://test/envoy.config.cluster.v3.Cluster/foo-cluster/*?xds.node.cluster=cluster_name&xds.node.id=node_name",
+        );
+        let member = urn(
+            "xdstp://test/envoy.config.cluster.v3.Cluster/foo-cluster/baz?xds.node.cluster=cluster_name&xds.node.id=node_name",
+        );
+        assert_eq!(
+            member.context().get("xds.node.id").map(String::as_str),
+            Some("node_name")
+        );
+        assert!(glob.glob_matches(&member));
+        assert!(matches!(
+            SubscriptionName::parse(&glob.to_string()).unwrap(),
+            SubscriptionName::Glob(_)
+        ));
+        // TP1: context parameters must be equal, `xds.*` ones included.
+        let bare = urn("xdstp://test/envoy.config.cluster.v3.Cluster/foo-cluster/baz");
+        assert!(!glob.glob_matches(&bare));
+        let other_node = urn(
+            "xdstp://test/envoy.config.cluster.v3.Cluster/foo-cluster/baz?xds.node.cluster=cluster_name&xds.node.id=other",
+        );
+        assert!(!glob.glob_matches(&other_node));
+        // Envoy's GrpcMuxImplTest.XdstpWithContextParams, and the other `xds.*` families.
+        let listeners =
+            url("xdstp://test/envoy.config.listener.v3.Listener/*?xds.node.id=node_name");
+        assert!(listeners.glob_matches(&urn(
+            "xdstp://test/envoy.config.listener.v3.Listener/x?xds.node.id=node_name"
+        )));
+        for name in [
+            "xdstp://test/envoy.config.cluster.v3.Cluster/x?xds.node.id=node_name",
+            "xdstp://a/T/x?xds.node.locality.zone=z1&xds.node.metadata.team=t",
+            "xdstp://a/T/x?xds.client_feature.envoy.lb.does_not_support_overprovisioning=true",
+            "xdstp://a/T/x?xds.resource.vip=1.2.3.4",
+        ] {
+            assert_eq!(normalize(name).unwrap(), name);
+        }
+        let stored = XdstpUrn::new(
+            "test",
+            "envoy.config.cluster.v3.Cluster",
+            "foo-cluster/baz",
+            BTreeMap::from([("xds.node.id".to_owned(), "node_name".to_owned())]),
+        );
+        assert!(stored.is_ok());
     }
 
     #[test]

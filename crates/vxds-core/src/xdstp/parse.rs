@@ -58,14 +58,10 @@ pub(super) fn check_decoded(parts: &Parts) -> Result<(), NameError> {
     check_message_name(&parts.resource_type)?;
     no_controls(&parts.authority, Component::Authority)?;
     no_controls(&parts.id, Component::Id)?;
+    // No `xds.*` ban here: TP1 keeps that namespace out of a client's *configured* locator only.
+    // The names a client sends carry it (Envoy adds `xds.node.*` and `xds.client_feature.*` to
+    // every collection subscription), and so must the resources an operator stores to match them.
     for (key, value) in &parts.context {
-        // TP1 reserves `xds.*`; only the well-known `xds.resource.*` attributes may appear.
-        if key.starts_with("xds.") && !key.starts_with("xds.resource.") {
-            return Err(NameError::malformed(
-                Component::ContextParams,
-                format!("`{key}` is in the reserved `xds.` namespace"),
-            ));
-        }
         no_controls(key, Component::ContextParams)?;
         no_controls(value, Component::ContextParams)?;
     }
