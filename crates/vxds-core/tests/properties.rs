@@ -13,7 +13,7 @@ use vxds_core::variants::{
     Domains, KeyCondition, KeyDomain, VariantLimits, VariantMatcher, VariantSetError,
     check_mutual_exclusivity, coverage,
 };
-use vxds_core::xdstp::{XdstpUrn, normalize};
+use vxds_core::xdstp::{XdstpUrl, XdstpUrn, normalize};
 use vxds_core::{CanonicalConstraints, Constraint, Constraints, Limits, ParamSet};
 
 const KEYS: [&str; 3] = ["a", "b", "c"];
@@ -203,6 +203,22 @@ proptest! {
         shuffle(&mut pairs, &mut rng);
         let respelt = if pairs.is_empty() { base.to_owned() } else { format!("{base}?{}", pairs.join("&")) };
         prop_assert_eq!(normalize(&respelt).unwrap(), normal.as_str());
+    }
+
+    /// Any spelling Envoy reads (stray `%`, `&`, `=`, `*`, keys without values, repeats) parses,
+    /// and its normal form is a fixed point.
+    #[test]
+    fn xdstp_loose_spellings_normalise_to_a_fixed_point(
+        authority in "([g-z]|%|%2F|%41){0,4}",
+        id in "([g-z/*]|%|%2F|%2A){0,8}",
+        query in "([g-z&=*]|%|%26|%3D|%61){0,12}",
+    ) {
+        let name = format!("xdstp://{authority}/envoy.config.listener.v3.Listener/{id}?{query}");
+        // Every such spelling parses; the globs among them (`.../*`, `.../%2A`) are not URNs.
+        prop_assume!(!XdstpUrl::parse(&name).unwrap().is_glob());
+        let normal = normalize(&name).unwrap().into_owned();
+        prop_assert_eq!(normalize(&normal).unwrap(), normal.as_str());
+        prop_assert_eq!(XdstpUrn::parse(&normal).unwrap(), XdstpUrn::parse(&name).unwrap());
     }
 }
 

@@ -65,18 +65,8 @@ pub(super) fn check_decoded(parts: &Parts) -> Result<(), NameError> {
         no_controls(key, Component::ContextParams)?;
         no_controls(value, Component::ContextParams)?;
     }
-    if parts
-        .id
-        .split('/')
-        .rev()
-        .skip(1)
-        .any(|segment| segment == "*")
-    {
-        return Err(NameError::malformed(
-            Component::Id,
-            "a glob `*` may only be the last segment",
-        ));
-    }
+    // A `*` segment anywhere but last is an opaque part of the id (TP1: only a trailing `/*` is
+    // a glob), as it is to Envoy.
     Ok(())
 }
 
@@ -112,45 +102,36 @@ fn no_controls(s: &str, component: Component) -> Result<(), NameError> {
     }
 }
 
-/// Strict percent-decoding: every `%` starts a two-digit hex escape, and the result is UTF-8.
+/// Percent-decoding as Envoy's `PercentEncoding::decode`: `%` and two hex digits is a byte, any
+/// other `%` is itself. Unlike Envoy the result must be UTF-8, as proto3 strings are.
 fn decode(s: &str, component: Component) -> Result<String, NameError> {
-    let bytes = s.as_bytes();
-    for (i, _) in s.match_indices('%') {
-        let hex = bytes.get(i + 1..i + 3);
-        if !hex.is_some_and(|h| h.iter().all(u8::is_ascii_hexdigit)) {
-            return Err(NameError::malformed(
-                component,
-                format!("`%` at byte {i} does not start a percent-escape like `%2F`"),
-            ));
-        }
-    }
     percent_decode_str(s)
         .decode_utf8()
         .map(Cow::into_owned)
         .map_err(|_| NameError::malformed(component, "percent-escapes do not decode to UTF-8"))
 }
 
+/// The query as Envoy's `QueryParamsMulti::parseQueryString` and `decodeQueryParams` read it.
+/// TP1 says nothing of these corners; Envoy is what sends and compares the names, so they are
+/// its: `k` alone is `k=` (empty value); nothing follows a final `&` (but `&&` is an empty
+/// key); of a repeated key the first value counts. Envoy groups by the *raw* key and then
+/// decodes in raw-key byte order, so of two spellings of one key (`%61=1&a=2`) the later in
+/// that order wins; so here.
 fn parse_context(query: &str) -> Result<BTreeMap<String, String>, NameError> {
-    let mut context = BTreeMap::new();
-    if query.is_empty() {
-        return Ok(context);
+    let mut raw: BTreeMap<&str, &str> = BTreeMap::new();
+    let mut rest = query;
+    while !rest.is_empty() {
+        let (param, tail) = rest.split_once('&').unwrap_or((rest, ""));
+        let (key, value) = param.split_once('=').unwrap_or((param, ""));
+        raw.entry(key).or_insert(value);
+        rest = tail;
     }
-    for param in query.split('&') {
-        let (key, value) = param.split_once('=').ok_or_else(|| {
-            NameError::malformed(
-                Component::ContextParams,
-                format!("`{param}` is not `key=value`"),
-            )
-        })?;
-        let key = decode(key, Component::ContextParams)?;
-        let value = decode(value, Component::ContextParams)?;
-        if context.contains_key(&key) {
-            return Err(NameError::malformed(
-                Component::ContextParams,
-                format!("`{key}` appears twice"),
-            ));
-        }
-        context.insert(key, value);
+    let mut context = BTreeMap::new();
+    for (key, value) in raw {
+        context.insert(
+            decode(key, Component::ContextParams)?,
+            decode(value, Component::ContextParams)?,
+        );
     }
     Ok(context)
 }
