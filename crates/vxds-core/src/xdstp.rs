@@ -7,6 +7,11 @@
 //! - A URL ([`XdstpUrl`]) locates resources: it may end in a `/*` glob (a collection of the
 //!   resources directly under that path) and carry the directives `alt=` and `entry=`.
 //!
+//! Glob membership is Envoy's: a URN belongs to the one collection its id names once everything
+//! after the last `/` is replaced by `*` (`foo/` is in `foo/*`; an id without `/`, even an empty
+//! one, is in `T/*`), with the same authority, type and context parameters.
+//! [`XdstpUrn::collection`] and [`XdstpUrl::glob_matches`] are the two faces of that one rule.
+//!
 //! Components are percent-decoded on parse. The normal form re-encodes them exactly as Envoy's
 //! `XdsResourceIdentifier::encodeUrn` does with sorted context parameters, so a name vxds sends
 //! is byte-for-byte the name an Envoy client computes. As in Envoy's model the id is a single
@@ -269,12 +274,14 @@ impl XdstpUrn {
         })
     }
 
-    /// The glob collection this resource is a direct member of (`.../foo/*?ctx` for
-    /// `.../foo/bar?ctx`); `None` for an empty id.
+    /// The glob collection this resource is a direct member of, as Envoy's `WatchMap` computes
+    /// it: everything after the id's last `/` becomes `*` (`.../foo/*?ctx` for
+    /// `.../foo/bar?ctx`, and for `.../foo/?ctx`), and an id without `/`, even an empty one,
+    /// belongs to `.../T/*?ctx`. [`XdstpUrl::glob_matches`] agrees exactly.
+    ///
+    /// Always `Some`, since every URN has a collection; the `Option` stays so callers need not
+    /// change.
     pub fn collection(&self) -> Option<XdstpUrl> {
-        if self.parts.id.is_empty() {
-            return None;
-        }
         let parent = self
             .parts
             .id
@@ -336,7 +343,9 @@ impl XdstpUrl {
     }
 
     /// Whether `urn` is a direct member of this glob collection: same authority, type and
-    /// context parameters, and an id one segment below the glob's path.
+    /// context parameters, and an id one segment below the glob's path, that segment possibly
+    /// empty (`.../foo/` is in `.../foo/*`, as in Envoy). Exactly when `urn.collection()` is
+    /// this URL without its directives.
     pub fn glob_matches(&self, urn: &XdstpUrn) -> bool {
         if !self.is_glob()
             || self.parts.authority != urn.parts.authority
@@ -349,7 +358,7 @@ impl XdstpUrl {
         urn.parts
             .id
             .strip_prefix(prefix)
-            .is_some_and(|rest| !rest.is_empty() && !rest.contains('/'))
+            .is_some_and(|rest| !rest.contains('/'))
     }
 
     /// The URN this URL names, when it has neither glob nor directives.
@@ -524,7 +533,7 @@ mod tests {
         assert_eq!(n.to_string(), format!("xdstp:///{LISTENER}/foo"));
         let n = urn(&format!("xdstp://a/{LISTENER}"));
         assert_eq!(n.id(), "");
-        assert!(n.collection().is_none());
+        assert_eq!(n.to_string(), format!("xdstp://a/{LISTENER}"));
     }
 
     #[test]
@@ -697,6 +706,38 @@ mod tests {
         let member = urn(&format!("xdstp://a/{LISTENER}/foo/bar?k=v"));
         assert_eq!(member.collection().unwrap(), glob);
         assert!(member.collection().unwrap().glob_matches(&member));
+    }
+
+    #[test]
+    fn glob_membership_is_envoys() {
+        // Envoy's NewGrpcMuxImplTest.XdsTpGlobCollection: the glob (node context `foo=bar`
+        // added, parameters sorted) and the member it delivers.
+        let cla = "xdstp://foo/envoy.config.endpoint.v3.ClusterLoadAssignment";
+        let ctx = "?foo=bar&some=thing&thing=some";
+        let glob = url(&format!("{cla}/bar/*{ctx}"));
+        let member = urn(&format!("{cla}/bar/a{ctx}"));
+        assert!(glob.glob_matches(&member));
+        assert_eq!(member.collection(), Some(glob.clone()));
+        // Envoy's WatchMap replaces what follows the id's last `/` with `*`: a trailing `/`
+        // leaves an empty last segment, still a member.
+        let trailing = urn(&format!("{cla}/bar/{ctx}"));
+        assert!(glob.glob_matches(&trailing));
+        assert_eq!(trailing.collection(), Some(glob.clone()));
+        // An id without `/`, even an empty one, is in the type's root collection.
+        let root = url(&format!("{cla}/*{ctx}"));
+        for id in ["", "/bar", "/a"] {
+            let n = urn(&format!("{cla}{id}{ctx}"));
+            assert!(root.glob_matches(&n), "{n}");
+            assert_eq!(n.collection(), Some(root.clone()), "{n}");
+            assert!(!glob.glob_matches(&n), "{n}");
+        }
+        // `.../bar` is in the root collection, not in `.../bar/*`; `.../bar//a` is in `bar//*`.
+        let deeper = urn(&format!("{cla}/bar//a{ctx}"));
+        assert!(!glob.glob_matches(&deeper));
+        assert_eq!(
+            deeper.collection().unwrap().to_string(),
+            format!("{cla}/bar//*{ctx}")
+        );
     }
 
     #[test]

@@ -220,6 +220,35 @@ proptest! {
         prop_assert_eq!(normalize(&normal).unwrap(), normal.as_str());
         prop_assert_eq!(XdstpUrn::parse(&normal).unwrap(), XdstpUrn::parse(&name).unwrap());
     }
+
+    /// The registry wakes a glob's streams by `collection()` and the stream machine keeps a
+    /// resource by `glob_matches`; they must never disagree. Small alphabets, so that members,
+    /// near-misses (a segment deeper, another context) and trailing or doubled `/` all occur.
+    #[test]
+    fn xdstp_glob_matches_exactly_the_collection(
+        glob_authority in "[ab]",
+        glob_path in "([ab]{0,1}/){0,2}",
+        glob_ctx in prop::collection::btree_map("[kx]", "[12]", 0..2),
+        authority in "[ab]",
+        cluster in any::<bool>(),
+        id in "[ab/]{0,4}",
+        ctx in prop::collection::btree_map("[kx]", "[12]", 0..2),
+    ) {
+        let listener = "envoy.config.listener.v3.Listener";
+        let glob_query: Vec<String> = glob_ctx.iter().map(|(k, v)| format!("{k}={v}")).collect();
+        let glob = format!("xdstp://{glob_authority}/{listener}/{glob_path}*?{}", glob_query.join("&"));
+        let url = XdstpUrl::parse(&glob).unwrap();
+        prop_assert!(url.is_glob());
+        let resource_type = if cluster { "envoy.config.cluster.v3.Cluster" } else { listener };
+        let urn = XdstpUrn::new(authority, resource_type, id, ctx).unwrap();
+
+        let collection = urn.collection().unwrap();
+        prop_assert!(collection.glob_matches(&urn), "{} not in {}", urn, collection);
+        let member = url.glob_matches(&urn);
+        prop_assert_eq!(member, collection == url, "{} in {}", urn, url);
+        // The registry's key is the string; it agrees too.
+        prop_assert_eq!(member, collection.to_string() == url.to_string(), "{} in {}", urn, url);
+    }
 }
 
 /// 512 cases unless `PROPTEST_CASES` asks for more (or fewer).
