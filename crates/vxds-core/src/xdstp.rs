@@ -18,6 +18,12 @@
 //! string, so `%2F` and `/` in it are the same. Names that do not start with `xdstp:` are opaque
 //! and never touched.
 //!
+//! Directives are the client's business (TP1: they tell the client how to interpret a URL), so
+//! a subscription's directives are dropped by [`SubscriptionName::parse`]: `.../foo/*#alt=...`
+//! subscribes to the glob `.../foo/*`, keyed, woken and matched as that glob, and
+//! `.../x#entry=e` to the URN `.../x`. The server answers with the client's own spelling,
+//! which its caller keeps. A stored resource's name is a URN and may carry none.
+//!
 //! Context parameters may be in the `xds.*` namespace. TP1 forbids it only in a client's
 //! configured locator, which vxds never parses; Envoy adds `xds.node.*` and
 //! `xds.client_feature.*` to every collection subscription, and a stored resource is a member
@@ -94,15 +100,20 @@ impl fmt::Display for ResourceName {
 pub enum SubscriptionName {
     Opaque(String),
     Urn(XdstpUrn),
+    /// Never with directives: its `Display` is the collection's key.
     Glob(XdstpUrl),
 }
 
 impl SubscriptionName {
+    /// Parses a name a client subscribes to. Directives are validated and then dropped (see the
+    /// module header): `.../foo/*#alt=...` is the glob `.../foo/*`, `.../x#entry=e` the URN
+    /// `.../x`. The caller keeps the client's spelling for its responses.
     pub fn parse(name: &str) -> Result<Self, NameError> {
         if !is_xdstp(name) {
             return Ok(SubscriptionName::Opaque(name.to_owned()));
         }
-        let url = XdstpUrl::parse(name)?;
+        let mut url = XdstpUrl::parse(name)?;
+        url.directives.clear();
         if url.is_glob() {
             return Ok(SubscriptionName::Glob(url));
         }
@@ -738,6 +749,36 @@ mod tests {
             deeper.collection().unwrap().to_string(),
             format!("{cla}/bar//*{ctx}")
         );
+    }
+
+    #[test]
+    fn subscriptions_drop_directives() {
+        // Envoy's XdsResourceLocatorTest.Schemes locator, and a glob beside it.
+        let Ok(SubscriptionName::Urn(n)) =
+            SubscriptionName::parse("xdstp://foo/bar/baz/blah?a=b#entry=m")
+        else {
+            panic!("a URN with a directive is the URN");
+        };
+        assert_eq!(n.to_string(), "xdstp://foo/bar/baz/blah?a=b");
+        let Ok(SubscriptionName::Glob(g)) = SubscriptionName::parse(
+            "xdstp://foo/bar/baz/*?a=b#alt=xdstp://fallback/bar/baz/*?a=b,entry=m",
+        ) else {
+            panic!("a glob with directives is the glob");
+        };
+        assert!(g.directives().is_empty());
+        // The key the registry indexes streams by is the members' collection.
+        let member = urn("xdstp://foo/bar/baz/blah?a=b");
+        assert_eq!(g.to_string(), "xdstp://foo/bar/baz/*?a=b");
+        assert_eq!(member.collection().unwrap().to_string(), g.to_string());
+        assert!(g.glob_matches(&member));
+        // Dropped, but only once valid; and a stored name still may not carry any.
+        assert_eq!(
+            SubscriptionName::parse("xdstp://foo/bar/baz/*#mirror=1")
+                .unwrap_err()
+                .component,
+            Component::Directives
+        );
+        assert!(XdstpUrn::parse("xdstp://foo/bar/baz/blah?a=b#entry=m").is_err());
     }
 
     #[test]
