@@ -7,24 +7,40 @@
 //! - A URL ([`XdstpUrl`]) locates resources: it may end in a `/*` glob (a collection of the
 //!   resources directly under that path) and carry the directives `alt=` and `entry=`.
 //!
+//! Glob membership is Envoy's: a URN belongs to the one collection its id names once everything
+//! after the last `/` is replaced by `*` (`foo/` is in `foo/*`; an id without `/`, even an empty
+//! one, is in `T/*`), with the same authority, type and context parameters.
+//! [`XdstpUrn::collection`] and [`XdstpUrl::glob_matches`] are the two faces of that one rule.
+//!
 //! Components are percent-decoded on parse. The normal form re-encodes them exactly as Envoy's
 //! `XdsResourceIdentifier::encodeUrn` does with sorted context parameters, so a name vxds sends
 //! is byte-for-byte the name an Envoy client computes. As in Envoy's model the id is a single
 //! string, so `%2F` and `/` in it are the same. Names that do not start with `xdstp:` are opaque
 //! and never touched.
+//!
+//! Directives are the client's business (TP1: they tell the client how to interpret a URL), so
+//! a subscription's directives are dropped by [`SubscriptionName::parse`]: `.../foo/*#alt=...`
+//! subscribes to the glob `.../foo/*`, keyed, woken and matched as that glob, and
+//! `.../x#entry=e` to the URN `.../x`. The server answers with the client's own spelling,
+//! which its caller keeps. A stored resource's name is a URN and may carry none.
+//!
+//! Context parameters may be in the `xds.*` namespace. TP1 forbids it only in a client's
+//! configured locator, which vxds never parses; Envoy adds `xds.node.*` and
+//! `xds.client_feature.*` to every collection subscription, and a stored resource is a member
+//! of a glob only with exactly the glob's context parameters, those included.
 
 use std::borrow::Cow;
 use std::collections::BTreeMap;
 use std::fmt;
 
-use percent_encoding::{AsciiSet, CONTROLS, percent_decode_str, utf8_percent_encode};
+use percent_encoding::{AsciiSet, CONTROLS, utf8_percent_encode};
+
+mod parse;
 
 /// The scheme prefix that makes a name structured; anything else is opaque.
 pub const SCHEME: &str = "xdstp:";
 /// Longest name accepted, in bytes.
 pub const MAX_NAME_LEN: usize = 8192;
-/// How deeply `alt=` directives may nest.
-const MAX_ALT_DEPTH: usize = 4;
 
 // Envoy escapes bytes below 0x20 and from `~` (0x7E) up, plus per-component reserved sets.
 const ALWAYS: &AsciiSet = &CONTROLS.add(b'~').add(b'%');
@@ -84,15 +100,20 @@ impl fmt::Display for ResourceName {
 pub enum SubscriptionName {
     Opaque(String),
     Urn(XdstpUrn),
+    /// Never with directives: its `Display` is the collection's key.
     Glob(XdstpUrl),
 }
 
 impl SubscriptionName {
+    /// Parses a name a client subscribes to. Directives are validated and then dropped (see the
+    /// module header): `.../foo/*#alt=...` is the glob `.../foo/*`, `.../x#entry=e` the URN
+    /// `.../x`. The caller keeps the client's spelling for its responses.
     pub fn parse(name: &str) -> Result<Self, NameError> {
         if !is_xdstp(name) {
             return Ok(SubscriptionName::Opaque(name.to_owned()));
         }
-        let url = XdstpUrl::parse(name)?;
+        let mut url = XdstpUrl::parse(name)?;
+        url.directives.clear();
         if url.is_glob() {
             return Ok(SubscriptionName::Glob(url));
         }
@@ -219,7 +240,7 @@ impl XdstpUrn {
             id: id.into(),
             context,
         };
-        check_decoded(&parts)?;
+        parse::check_decoded(&parts)?;
         if is_glob_id(&parts.id) {
             return Err(NameError::malformed(
                 Component::Id,
@@ -264,12 +285,14 @@ impl XdstpUrn {
         })
     }
 
-    /// The glob collection this resource is a direct member of (`.../foo/*?ctx` for
-    /// `.../foo/bar?ctx`); `None` for an empty id.
+    /// The glob collection this resource is a direct member of, as Envoy's `WatchMap` computes
+    /// it: everything after the id's last `/` becomes `*` (`.../foo/*?ctx` for
+    /// `.../foo/bar?ctx`, and for `.../foo/?ctx`), and an id without `/`, even an empty one,
+    /// belongs to `.../T/*?ctx`. [`XdstpUrl::glob_matches`] agrees exactly.
+    ///
+    /// Always `Some`, since every URN has a collection; the `Option` stays so callers need not
+    /// change.
     pub fn collection(&self) -> Option<XdstpUrl> {
-        if self.parts.id.is_empty() {
-            return None;
-        }
         let parent = self
             .parts
             .id
@@ -316,7 +339,7 @@ pub struct XdstpUrl {
 
 impl XdstpUrl {
     pub fn parse(name: &str) -> Result<Self, NameError> {
-        parse_url(name, 0)
+        parse::parse_url(name, 0)
     }
 
     part_accessors!();
@@ -331,7 +354,9 @@ impl XdstpUrl {
     }
 
     /// Whether `urn` is a direct member of this glob collection: same authority, type and
-    /// context parameters, and an id one segment below the glob's path.
+    /// context parameters, and an id one segment below the glob's path, that segment possibly
+    /// empty (`.../foo/` is in `.../foo/*`, as in Envoy). Exactly when `urn.collection()` is
+    /// this URL without its directives.
     pub fn glob_matches(&self, urn: &XdstpUrn) -> bool {
         if !self.is_glob()
             || self.parts.authority != urn.parts.authority
@@ -344,7 +369,7 @@ impl XdstpUrl {
         urn.parts
             .id
             .strip_prefix(prefix)
-            .is_some_and(|rest| !rest.is_empty() && !rest.contains('/'))
+            .is_some_and(|rest| !rest.contains('/'))
     }
 
     /// The URN this URL names, when it has neither glob nor directives.
@@ -417,204 +442,6 @@ fn write_parts(parts: &Parts, f: &mut fmt::Formatter<'_>) -> fmt::Result {
         f.write_str(param)?;
     }
     Ok(())
-}
-
-fn parse_url(name: &str, alt_depth: usize) -> Result<XdstpUrl, NameError> {
-    if name.len() > MAX_NAME_LEN {
-        return Err(NameError::malformed(
-            Component::Name,
-            format!("{} bytes long; the limit is {MAX_NAME_LEN}", name.len()),
-        ));
-    }
-    let rest = name.strip_prefix(SCHEME).ok_or_else(|| {
-        NameError::malformed(Component::Scheme, "an xdstp name starts with `xdstp://`")
-    })?;
-    let rest = rest
-        .strip_prefix("//")
-        .ok_or_else(|| NameError::malformed(Component::Scheme, "expected `//` after `xdstp:`"))?;
-    let (rest, fragment) = match rest.split_once('#') {
-        Some((rest, fragment)) => (rest, Some(fragment)),
-        None => (rest, None),
-    };
-    let (rest, query) = match rest.split_once('?') {
-        Some((rest, query)) => (rest, Some(query)),
-        None => (rest, None),
-    };
-    let (authority, path) = rest.split_once('/').ok_or_else(|| {
-        NameError::malformed(
-            Component::ResourceType,
-            "missing: expected `xdstp://authority/resource.Type/id`",
-        )
-    })?;
-    let (resource_type, id) = path.split_once('/').unwrap_or((path, ""));
-    let parts = Parts {
-        authority: decode(authority, Component::Authority)?,
-        resource_type: resource_type.to_owned(),
-        id: decode(id, Component::Id)?,
-        context: parse_context(query.unwrap_or(""))?,
-    };
-    check_decoded(&parts)?;
-    let directives = match fragment {
-        Some(fragment) => parse_directives(fragment, alt_depth)?,
-        None => Vec::new(),
-    };
-    Ok(XdstpUrl { parts, directives })
-}
-
-/// Rules on decoded parts, shared by parsing and [`XdstpUrn::new`].
-fn check_decoded(parts: &Parts) -> Result<(), NameError> {
-    check_message_name(&parts.resource_type)?;
-    no_controls(&parts.authority, Component::Authority)?;
-    no_controls(&parts.id, Component::Id)?;
-    for (key, value) in &parts.context {
-        // TP1 reserves `xds.*`; only the well-known `xds.resource.*` attributes may appear.
-        if key.starts_with("xds.") && !key.starts_with("xds.resource.") {
-            return Err(NameError::malformed(
-                Component::ContextParams,
-                format!("`{key}` is in the reserved `xds.` namespace"),
-            ));
-        }
-        no_controls(key, Component::ContextParams)?;
-        no_controls(value, Component::ContextParams)?;
-    }
-    if parts
-        .id
-        .split('/')
-        .rev()
-        .skip(1)
-        .any(|segment| segment == "*")
-    {
-        return Err(NameError::malformed(
-            Component::Id,
-            "a glob `*` may only be the last segment",
-        ));
-    }
-    Ok(())
-}
-
-fn check_message_name(name: &str) -> Result<(), NameError> {
-    let valid_ident = |s: &str| {
-        let mut chars = s.chars();
-        chars
-            .next()
-            .is_some_and(|c| c.is_ascii_alphabetic() || c == '_')
-            && chars.all(|c| c.is_ascii_alphanumeric() || c == '_')
-    };
-    if name.is_empty() {
-        return Err(NameError::malformed(Component::ResourceType, "missing"));
-    }
-    if !name.split('.').all(valid_ident) {
-        return Err(NameError::malformed(
-            Component::ResourceType,
-            format!(
-                "`{name}` is not a protobuf message name like `envoy.config.cluster.v3.Cluster`"
-            ),
-        ));
-    }
-    Ok(())
-}
-
-fn no_controls(s: &str, component: Component) -> Result<(), NameError> {
-    match s.chars().find(|c| c.is_control()) {
-        Some(c) => Err(NameError::malformed(
-            component,
-            format!("contains the control character U+{:04X}", c as u32),
-        )),
-        None => Ok(()),
-    }
-}
-
-/// Strict percent-decoding: every `%` starts a two-digit hex escape, and the result is UTF-8.
-fn decode(s: &str, component: Component) -> Result<String, NameError> {
-    let bytes = s.as_bytes();
-    for (i, _) in s.match_indices('%') {
-        let hex = bytes.get(i + 1..i + 3);
-        if !hex.is_some_and(|h| h.iter().all(u8::is_ascii_hexdigit)) {
-            return Err(NameError::malformed(
-                component,
-                format!("`%` at byte {i} does not start a percent-escape like `%2F`"),
-            ));
-        }
-    }
-    percent_decode_str(s)
-        .decode_utf8()
-        .map(Cow::into_owned)
-        .map_err(|_| NameError::malformed(component, "percent-escapes do not decode to UTF-8"))
-}
-
-fn parse_context(query: &str) -> Result<BTreeMap<String, String>, NameError> {
-    let mut context = BTreeMap::new();
-    if query.is_empty() {
-        return Ok(context);
-    }
-    for param in query.split('&') {
-        let (key, value) = param.split_once('=').ok_or_else(|| {
-            NameError::malformed(
-                Component::ContextParams,
-                format!("`{param}` is not `key=value`"),
-            )
-        })?;
-        let key = decode(key, Component::ContextParams)?;
-        let value = decode(value, Component::ContextParams)?;
-        if context.contains_key(&key) {
-            return Err(NameError::malformed(
-                Component::ContextParams,
-                format!("`{key}` appears twice"),
-            ));
-        }
-        context.insert(key, value);
-    }
-    Ok(context)
-}
-
-fn parse_directives(fragment: &str, alt_depth: usize) -> Result<Vec<Directive>, NameError> {
-    let mut directives = Vec::new();
-    let (mut seen_alt, mut seen_entry) = (false, false);
-    for component in fragment.split(',') {
-        if let Some(alt) = component.strip_prefix("alt=") {
-            if std::mem::replace(&mut seen_alt, true) {
-                return Err(NameError::malformed(
-                    Component::Directives,
-                    "`alt` appears twice",
-                ));
-            }
-            if alt_depth >= MAX_ALT_DEPTH {
-                return Err(NameError::malformed(
-                    Component::Directives,
-                    format!("`alt` nests deeper than {MAX_ALT_DEPTH} levels"),
-                ));
-            }
-            let alt = decode(alt, Component::Directives)?;
-            let url = parse_url(&alt, alt_depth + 1)
-                .map_err(|e| NameError::malformed(Component::Directives, format!("`alt`: {e}")))?;
-            directives.push(Directive::Alt(Box::new(url)));
-        } else if let Some(entry) = component.strip_prefix("entry=") {
-            if std::mem::replace(&mut seen_entry, true) {
-                return Err(NameError::malformed(
-                    Component::Directives,
-                    "`entry` appears twice",
-                ));
-            }
-            let entry = decode(entry, Component::Directives)?;
-            let valid = !entry.is_empty()
-                && entry
-                    .chars()
-                    .all(|c| c.is_ascii_alphanumeric() || "_-./~:".contains(c));
-            if !valid {
-                return Err(NameError::malformed(
-                    Component::Directives,
-                    format!("entry `{entry}` must match [a-zA-Z0-9_\\-./~:]+"),
-                ));
-            }
-            directives.push(Directive::Entry(entry));
-        } else {
-            return Err(NameError::malformed(
-                Component::Directives,
-                format!("unknown directive `{component}` (expected `alt=` or `entry=`)"),
-            ));
-        }
-    }
-    Ok(directives)
 }
 
 #[cfg(test)]
@@ -717,7 +544,7 @@ mod tests {
         assert_eq!(n.to_string(), format!("xdstp:///{LISTENER}/foo"));
         let n = urn(&format!("xdstp://a/{LISTENER}"));
         assert_eq!(n.id(), "");
-        assert!(n.collection().is_none());
+        assert_eq!(n.to_string(), format!("xdstp://a/{LISTENER}"));
     }
 
     #[test]
@@ -728,13 +555,9 @@ mod tests {
             ("xdstp://a//x", Component::ResourceType),
             ("xdstp://a/not a type/x", Component::ResourceType),
             ("xdstp://a/envoy.1bad/x", Component::ResourceType),
-            ("xdstp://a/T/x%zz", Component::Id),
             ("xdstp://a/T/x%ff", Component::Id),
-            ("xdstp://a/T/x?k", Component::ContextParams),
-            ("xdstp://a/T/x?k=1&k=2", Component::ContextParams),
-            ("xdstp://a/T/x?xds.node=1", Component::ContextParams),
+            ("xdstp://a/T/x?k=%C3", Component::ContextParams),
             ("xdstp://a/T/x/*", Component::Id),
-            ("xdstp://a/T/x/*/y", Component::Id),
             ("xdstp://a/T/x#entry=e", Component::Directives),
             ("xdstp://a/T/x%00", Component::Id),
         ];
@@ -748,8 +571,105 @@ mod tests {
             XdstpUrn::parse(&long).unwrap_err().component,
             Component::Name
         );
-        // Computed URNs may carry the well-known attributes.
-        assert!(XdstpUrn::parse("xdstp://a/T/x?xds.resource.vip=1.2.3.4").is_ok());
+    }
+
+    #[test]
+    fn accepts_the_xds_context_params_envoy_sends() {
+        // Envoy's XdsTpAdsIntegrationTest.Basic: a CDS glob with the node's context parameters
+        // and a member with the same ones.
+        let glob = url(
+            "xdstp://test/envoy.config.cluster.v3.Cluster/foo-cluster/*?xds.node.cluster=cluster_name&xds.node.id=node_name",
+        );
+        let member = urn(
+            "xdstp://test/envoy.config.cluster.v3.Cluster/foo-cluster/baz?xds.node.cluster=cluster_name&xds.node.id=node_name",
+        );
+        assert_eq!(
+            member.context().get("xds.node.id").map(String::as_str),
+            Some("node_name")
+        );
+        assert!(glob.glob_matches(&member));
+        assert!(matches!(
+            SubscriptionName::parse(&glob.to_string()).unwrap(),
+            SubscriptionName::Glob(_)
+        ));
+        // TP1: context parameters must be equal, `xds.*` ones included.
+        let bare = urn("xdstp://test/envoy.config.cluster.v3.Cluster/foo-cluster/baz");
+        assert!(!glob.glob_matches(&bare));
+        let other_node = urn(
+            "xdstp://test/envoy.config.cluster.v3.Cluster/foo-cluster/baz?xds.node.cluster=cluster_name&xds.node.id=other",
+        );
+        assert!(!glob.glob_matches(&other_node));
+        // Envoy's GrpcMuxImplTest.XdstpWithContextParams, and the other `xds.*` families.
+        let listeners =
+            url("xdstp://test/envoy.config.listener.v3.Listener/*?xds.node.id=node_name");
+        assert!(listeners.glob_matches(&urn(
+            "xdstp://test/envoy.config.listener.v3.Listener/x?xds.node.id=node_name"
+        )));
+        for name in [
+            "xdstp://test/envoy.config.cluster.v3.Cluster/x?xds.node.id=node_name",
+            "xdstp://a/T/x?xds.node.locality.zone=z1&xds.node.metadata.team=t",
+            "xdstp://a/T/x?xds.client_feature.envoy.lb.does_not_support_overprovisioning=true",
+            "xdstp://a/T/x?xds.resource.vip=1.2.3.4",
+        ] {
+            assert_eq!(normalize(name).unwrap(), name);
+        }
+        let stored = XdstpUrn::new(
+            "test",
+            "envoy.config.cluster.v3.Cluster",
+            "foo-cluster/baz",
+            BTreeMap::from([("xds.node.id".to_owned(), "node_name".to_owned())]),
+        );
+        assert!(stored.is_ok());
+    }
+
+    #[test]
+    fn parses_what_envoy_parses() {
+        // Spelt loosely; each normal form is what Envoy's decode and sorted encode give (most are
+        // Envoy's own DecodeEncode vectors).
+        let base = "xdstp://foo/envoy.config.listener.v3.Listener/bar/baz";
+        for (loose, envoy) in [
+            // A parameter without `=` has an empty value.
+            (format!("{base}?ab"), format!("{base}?ab=")),
+            // Nothing follows a final `&`.
+            (format!("{base}?ab=cde&"), format!("{base}?ab=cde")),
+            (
+                format!("{base}?z=f&ba=edc&ab=cde&"),
+                format!("{base}?ab=cde&ba=edc&z=f"),
+            ),
+            // Of a repeated key, the first value counts.
+            (format!("{base}?ab=cde&ab=xyz"), format!("{base}?ab=cde")),
+            // A `%` that starts no escape is a literal `%` (and normalises to `%25`).
+            (
+                "xdstp://f123%/envoy.config.listener.v3.Listener/b%:ar//baz".to_owned(),
+                "xdstp://f123%25/envoy.config.listener.v3.Listener/b%25%3Aar//baz".to_owned(),
+            ),
+        ] {
+            assert_eq!(normalize(&loose).unwrap(), envoy, "{loose}");
+        }
+        // `&&` is an empty key with an empty value, as Envoy reads it.
+        let n = urn(&format!("{base}?ab=cde&&z=f"));
+        assert_eq!(n.context().get("").map(String::as_str), Some(""));
+        assert_eq!(n.to_string(), format!("{base}?=&ab=cde&z=f"));
+        // Two spellings of one key: Envoy decodes in raw-key order, so `a` (after `%61`) wins.
+        assert_eq!(
+            urn("xdstp://a/T/x?a=2&%61=1")
+                .context()
+                .get("a")
+                .map(String::as_str),
+            Some("2")
+        );
+        // `%` then non-hex, and `%` too close to the end, stay literal; `%%41` is `%A`.
+        assert_eq!(urn("xdstp://a/T/50%zz%4").id(), "50%zz%4");
+        assert_eq!(urn("xdstp://a/T/%%41").id(), "%A");
+        // `*` is a glob only as the last segment; elsewhere it is part of the id.
+        let starred = urn(&format!("xdstp://foo/{LISTENER}/bar/*/baz"));
+        assert_eq!(starred.id(), "bar/*/baz");
+        assert_eq!(
+            starred.to_string(),
+            format!("xdstp://foo/{LISTENER}/bar/*/baz")
+        );
+        assert!(url(&format!("xdstp://foo/{LISTENER}/bar/*/*")).glob_matches(&starred));
+        assert!(XdstpUrn::parse(&format!("xdstp://foo/{LISTENER}/bar/*")).is_err());
     }
 
     #[test]
@@ -797,6 +717,68 @@ mod tests {
         let member = urn(&format!("xdstp://a/{LISTENER}/foo/bar?k=v"));
         assert_eq!(member.collection().unwrap(), glob);
         assert!(member.collection().unwrap().glob_matches(&member));
+    }
+
+    #[test]
+    fn glob_membership_is_envoys() {
+        // Envoy's NewGrpcMuxImplTest.XdsTpGlobCollection: the glob (node context `foo=bar`
+        // added, parameters sorted) and the member it delivers.
+        let cla = "xdstp://foo/envoy.config.endpoint.v3.ClusterLoadAssignment";
+        let ctx = "?foo=bar&some=thing&thing=some";
+        let glob = url(&format!("{cla}/bar/*{ctx}"));
+        let member = urn(&format!("{cla}/bar/a{ctx}"));
+        assert!(glob.glob_matches(&member));
+        assert_eq!(member.collection(), Some(glob.clone()));
+        // Envoy's WatchMap replaces what follows the id's last `/` with `*`: a trailing `/`
+        // leaves an empty last segment, still a member.
+        let trailing = urn(&format!("{cla}/bar/{ctx}"));
+        assert!(glob.glob_matches(&trailing));
+        assert_eq!(trailing.collection(), Some(glob.clone()));
+        // An id without `/`, even an empty one, is in the type's root collection.
+        let root = url(&format!("{cla}/*{ctx}"));
+        for id in ["", "/bar", "/a"] {
+            let n = urn(&format!("{cla}{id}{ctx}"));
+            assert!(root.glob_matches(&n), "{n}");
+            assert_eq!(n.collection(), Some(root.clone()), "{n}");
+            assert!(!glob.glob_matches(&n), "{n}");
+        }
+        // `.../bar` is in the root collection, not in `.../bar/*`; `.../bar//a` is in `bar//*`.
+        let deeper = urn(&format!("{cla}/bar//a{ctx}"));
+        assert!(!glob.glob_matches(&deeper));
+        assert_eq!(
+            deeper.collection().unwrap().to_string(),
+            format!("{cla}/bar//*{ctx}")
+        );
+    }
+
+    #[test]
+    fn subscriptions_drop_directives() {
+        // Envoy's XdsResourceLocatorTest.Schemes locator, and a glob beside it.
+        let Ok(SubscriptionName::Urn(n)) =
+            SubscriptionName::parse("xdstp://foo/bar/baz/blah?a=b#entry=m")
+        else {
+            panic!("a URN with a directive is the URN");
+        };
+        assert_eq!(n.to_string(), "xdstp://foo/bar/baz/blah?a=b");
+        let Ok(SubscriptionName::Glob(g)) = SubscriptionName::parse(
+            "xdstp://foo/bar/baz/*?a=b#alt=xdstp://fallback/bar/baz/*?a=b,entry=m",
+        ) else {
+            panic!("a glob with directives is the glob");
+        };
+        assert!(g.directives().is_empty());
+        // The key the registry indexes streams by is the members' collection.
+        let member = urn("xdstp://foo/bar/baz/blah?a=b");
+        assert_eq!(g.to_string(), "xdstp://foo/bar/baz/*?a=b");
+        assert_eq!(member.collection().unwrap().to_string(), g.to_string());
+        assert!(g.glob_matches(&member));
+        // Dropped, but only once valid; and a stored name still may not carry any.
+        assert_eq!(
+            SubscriptionName::parse("xdstp://foo/bar/baz/*#mirror=1")
+                .unwrap_err()
+                .component,
+            Component::Directives
+        );
+        assert!(XdstpUrn::parse("xdstp://foo/bar/baz/blah?a=b#entry=m").is_err());
     }
 
     #[test]

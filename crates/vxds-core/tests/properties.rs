@@ -13,7 +13,7 @@ use vxds_core::variants::{
     Domains, KeyCondition, KeyDomain, VariantLimits, VariantMatcher, VariantSetError,
     check_mutual_exclusivity, coverage,
 };
-use vxds_core::xdstp::{XdstpUrn, normalize};
+use vxds_core::xdstp::{XdstpUrl, XdstpUrn, normalize};
 use vxds_core::{CanonicalConstraints, Constraint, Constraints, Limits, ParamSet};
 
 const KEYS: [&str; 3] = ["a", "b", "c"];
@@ -187,11 +187,10 @@ proptest! {
     fn xdstp_normal_form_is_idempotent_and_order_free(
         authority in "[a-z0-9.%/?#:~ -]{0,8}",
         id in "[a-z0-9/%?#:\\[\\]~ é-]{0,12}",
-        params in prop::collection::btree_map("[a-z%&=#\\[\\] ]{0,4}", "[a-z0-9%&=# ]{0,4}", 0..4),
+        params in prop::collection::btree_map("(xds\\.node\\.)?[a-z%&=#\\[\\] ]{0,4}", "[a-z0-9%&=# ]{0,4}", 0..4),
         seed in any::<u64>(),
     ) {
         prop_assume!(!id.ends_with("/*") && id != "*");
-        prop_assume!(params.keys().all(|k| !k.starts_with("xds.")));
         let urn = XdstpUrn::new(authority, "envoy.config.listener.v3.Listener", id, params.clone()).unwrap();
         let normal = urn.to_string();
         prop_assert_eq!(normalize(&normal).unwrap(), normal.as_str());
@@ -204,6 +203,51 @@ proptest! {
         shuffle(&mut pairs, &mut rng);
         let respelt = if pairs.is_empty() { base.to_owned() } else { format!("{base}?{}", pairs.join("&")) };
         prop_assert_eq!(normalize(&respelt).unwrap(), normal.as_str());
+    }
+
+    /// Any spelling Envoy reads (stray `%`, `&`, `=`, `*`, keys without values, repeats) parses,
+    /// and its normal form is a fixed point.
+    #[test]
+    fn xdstp_loose_spellings_normalise_to_a_fixed_point(
+        authority in "([g-z]|%|%2F|%41){0,4}",
+        id in "([g-z/*]|%|%2F|%2A){0,8}",
+        query in "([g-z&=*]|%|%26|%3D|%61){0,12}",
+    ) {
+        let name = format!("xdstp://{authority}/envoy.config.listener.v3.Listener/{id}?{query}");
+        // Every such spelling parses; the globs among them (`.../*`, `.../%2A`) are not URNs.
+        prop_assume!(!XdstpUrl::parse(&name).unwrap().is_glob());
+        let normal = normalize(&name).unwrap().into_owned();
+        prop_assert_eq!(normalize(&normal).unwrap(), normal.as_str());
+        prop_assert_eq!(XdstpUrn::parse(&normal).unwrap(), XdstpUrn::parse(&name).unwrap());
+    }
+
+    /// The registry wakes a glob's streams by `collection()` and the stream machine keeps a
+    /// resource by `glob_matches`; they must never disagree. Small alphabets, so that members,
+    /// near-misses (a segment deeper, another context) and trailing or doubled `/` all occur.
+    #[test]
+    fn xdstp_glob_matches_exactly_the_collection(
+        glob_authority in "[ab]",
+        glob_path in "([ab]{0,1}/){0,2}",
+        glob_ctx in prop::collection::btree_map("[kx]", "[12]", 0..2),
+        authority in "[ab]",
+        cluster in any::<bool>(),
+        id in "[ab/]{0,4}",
+        ctx in prop::collection::btree_map("[kx]", "[12]", 0..2),
+    ) {
+        let listener = "envoy.config.listener.v3.Listener";
+        let glob_query: Vec<String> = glob_ctx.iter().map(|(k, v)| format!("{k}={v}")).collect();
+        let glob = format!("xdstp://{glob_authority}/{listener}/{glob_path}*?{}", glob_query.join("&"));
+        let url = XdstpUrl::parse(&glob).unwrap();
+        prop_assert!(url.is_glob());
+        let resource_type = if cluster { "envoy.config.cluster.v3.Cluster" } else { listener };
+        let urn = XdstpUrn::new(authority, resource_type, id, ctx).unwrap();
+
+        let collection = urn.collection().unwrap();
+        prop_assert!(collection.glob_matches(&urn), "{} not in {}", urn, collection);
+        let member = url.glob_matches(&urn);
+        prop_assert_eq!(member, collection == url, "{} in {}", urn, url);
+        // The registry's key is the string; it agrees too.
+        prop_assert_eq!(member, collection.to_string() == url.to_string(), "{} in {}", urn, url);
     }
 }
 
