@@ -10,6 +10,10 @@
 //! match no variant, and [`VariantMatcher`] resolves subscribers.
 //!
 //! Variants are identified by their position in the slice and their canonical id.
+//!
+//! The analyses are exact and bounded: each spends at most [`VariantLimits::analysis_budget`]
+//! steps, a step being about constant work (one expression node evaluated, one requirement
+//! compared), and refuses with [`VariantSetError::TooComplex`] rather than guess.
 
 mod compiled;
 mod coverage;
@@ -31,7 +35,11 @@ pub struct VariantLimits {
     pub max_variants: usize,
     /// Distinct keys across all variants (at most 64).
     pub max_keys: usize,
-    /// Evaluation steps the exclusivity analysis may take before it gives up and refuses.
+    /// Steps the exclusivity analysis (and [`never_matching`], [`coverage`]) may take before it
+    /// gives up and refuses. A step is about constant work: one expression node evaluated (each
+    /// evaluation is charged its expression's full size), one requirement compared when
+    /// pruning pairs of variants, one (variant, key) scored when choosing a key to split on. So
+    /// the budget bounds CPU whatever the shape of the expressions.
     pub analysis_budget: u64,
 }
 
@@ -57,11 +65,18 @@ pub enum VariantSetError {
     TooManyVariants { count: usize, limit: usize },
     #[error("the variants constrain {count} distinct keys; the limit is {limit}")]
     TooManyKeys { count: usize, limit: usize },
-    #[error("variant {second} has the same constraints as variant {first} (id {id})")]
+    #[error(
+        "variant {second} has the same constraints as variant {first} (id {id}){}",
+        witness.as_ref().map(|w| format!(": both match {w}")).unwrap_or_default()
+    )]
     DuplicateVariant {
         first: usize,
         second: usize,
         id: ConstraintsId,
+        /// A parameter set both match; `None` when no parameter set matches them (or the
+        /// analysis ran out of budget looking for one).
+        #[serde(skip_serializing_if = "Option::is_none")]
+        witness: Option<ParamSet>,
     },
     #[error(
         "variant {variant} constrains keys {} but variant {reference} constrains {}{}{}",
@@ -115,10 +130,11 @@ impl VariantSetError {
         }
     }
 
-    /// The witness parameter set, for overlaps.
+    /// The witness parameter set, for overlaps and duplicates.
     pub fn witness(&self) -> Option<&ParamSet> {
         match self {
             VariantSetError::Overlap { witness, .. } => Some(witness),
+            VariantSetError::DuplicateVariant { witness, .. } => witness.as_ref(),
             _ => None,
         }
     }
@@ -181,10 +197,14 @@ pub fn check_limits(
 /// Every variant constrains the same set of keys (TP2's best practice, which keeps a client
 /// that sends an extra key from matching two variants).
 ///
+/// The keys are those the constraints were written with
+/// ([`CanonicalConstraints::written_keys`]), so a branch constant folding removes (`v = "1" ||
+/// *`) still counts, and the error names the keys the operator wrote.
+///
 /// The reference is the key set most variants share (the earliest on a tie); each variant that
 /// differs is reported once, against the first variant with the reference set.
 pub fn check_same_key_set(variants: &[CanonicalConstraints]) -> Vec<VariantSetError> {
-    let key_sets: Vec<BTreeSet<&str>> = variants.iter().map(|v| v.keys()).collect();
+    let key_sets: Vec<BTreeSet<&str>> = variants.iter().map(|v| v.written_keys()).collect();
     let mut tally: BTreeMap<&BTreeSet<&str>, (usize, usize)> = BTreeMap::new();
     for (i, keys) in key_sets.iter().enumerate() {
         tally.entry(keys).or_insert((0, i)).0 += 1;
@@ -214,44 +234,56 @@ pub fn check_same_key_set(variants: &[CanonicalConstraints]) -> Vec<VariantSetEr
 
 /// No parameter set matches two variants. Exact for any AND/OR/NOT nesting; each overlapping
 /// pair is reported once with a witness that matches both. Identical variants are reported as
-/// duplicates instead.
+/// duplicates instead, with a witness too when they match anything.
+///
+/// The analysis spends at most `limits.analysis_budget` steps (see [`VariantLimits`]); a set it
+/// cannot decide within them is refused as [`VariantSetError::TooComplex`].
 pub fn check_mutual_exclusivity(
     variants: &[CanonicalConstraints],
     limits: &VariantLimits,
 ) -> Vec<VariantSetError> {
     let mut errors = Vec::new();
     // Identical constraints are one identity twice; analyse each identity once.
-    let mut first_with_id: BTreeMap<ConstraintsId, usize> = BTreeMap::new();
+    let mut first_with_id: BTreeMap<ConstraintsId, (usize, usize)> = BTreeMap::new();
     let mut distinct = Vec::with_capacity(variants.len());
+    // (first, second, index of the identity among the distinct variants)
+    let mut duplicates = Vec::new();
     for (i, variant) in variants.iter().enumerate() {
         match first_with_id.get(&variant.id()) {
-            Some(&first) => errors.push(VariantSetError::DuplicateVariant {
-                first,
-                second: i,
-                id: variant.id(),
-            }),
+            Some(&(first, d)) => duplicates.push((first, i, d)),
             None => {
-                first_with_id.insert(variant.id(), i);
+                first_with_id.insert(variant.id(), (i, distinct.len()));
                 distinct.push(i);
             }
         }
     }
     let refs: Vec<&CanonicalConstraints> = distinct.iter().map(|&i| &variants[i]).collect();
-    let compiled = match compile(&refs) {
-        Ok(compiled) => compiled,
-        Err(e) => {
-            errors.push(e);
-            return errors;
-        }
-    };
+    let compiled = compile(&refs);
     let mut budget = Budget::new(limits.analysis_budget);
-    match exclusivity::find_overlaps(&compiled, &mut budget) {
-        Ok(overlaps) => errors.extend(overlaps.into_iter().map(|o| VariantSetError::Overlap {
+    let overlaps = compiled
+        .as_ref()
+        .map(|compiled| exclusivity::find_overlaps(compiled, &mut budget));
+    // A witness for each duplicate from what budget is left: the set is refused either way.
+    errors.extend(duplicates.into_iter().map(|(first, second, d)| {
+        let witness = compiled
+            .as_ref()
+            .ok()
+            .and_then(|c| exclusivity::satisfying(c, d, &mut budget).ok().flatten());
+        VariantSetError::DuplicateVariant {
+            first,
+            second,
+            id: variants[second].id(),
+            witness,
+        }
+    }));
+    match overlaps {
+        Err(e) => errors.push(e.clone()),
+        Ok(Ok(overlaps)) => errors.extend(overlaps.into_iter().map(|o| VariantSetError::Overlap {
             first: distinct[o.first],
             second: distinct[o.second],
             witness: o.witness,
         })),
-        Err(_) => errors.push(VariantSetError::TooComplex {
+        Ok(Err(_)) => errors.push(VariantSetError::TooComplex {
             budget: budget.limit,
         }),
     }

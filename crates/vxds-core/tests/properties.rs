@@ -11,7 +11,7 @@ use std::collections::{BTreeMap, BTreeSet};
 use proptest::prelude::*;
 use vxds_core::variants::{
     Domains, KeyCondition, KeyDomain, VariantLimits, VariantMatcher, VariantSetError,
-    check_mutual_exclusivity, coverage,
+    check_mutual_exclusivity, coverage, validate_variant_set,
 };
 use vxds_core::xdstp::{XdstpUrl, XdstpUrn, normalize};
 use vxds_core::{CanonicalConstraints, Constraint, Constraints, Limits, ParamSet};
@@ -251,6 +251,169 @@ proptest! {
     }
 }
 
+/// One conjunct of a generated variant, on one key, with values from a small pool so that
+/// conjuncts of different variants overlap.
+#[derive(Clone, Debug)]
+enum Conjunct {
+    Eq(u8),
+    Ne(u8),
+    In(u8, u8),
+    NotIn(u8, u8),
+    Exists,
+    Absent,
+}
+
+impl Conjunct {
+    fn strategy() -> impl Strategy<Value = Conjunct> {
+        prop_oneof![
+            (0..4u8).prop_map(Conjunct::Eq),
+            (0..4u8).prop_map(Conjunct::Ne),
+            (0..4u8, 0..4u8).prop_map(|(a, b)| Conjunct::In(a, b)),
+            (0..4u8, 0..4u8).prop_map(|(a, b)| Conjunct::NotIn(a, b)),
+            Just(Conjunct::Exists),
+            Just(Conjunct::Absent),
+        ]
+    }
+
+    fn constraint(&self, key: &str) -> Constraint {
+        let eq = |v: &u8| Constraint::equals(key, format!("v{v}"));
+        match self {
+            Conjunct::Eq(v) => eq(v),
+            Conjunct::Ne(v) => Constraint::not(eq(v)),
+            Conjunct::In(a, b) => Constraint::Or(vec![eq(a), eq(b)]),
+            Conjunct::NotIn(a, b) => Constraint::not(Constraint::Or(vec![eq(a), eq(b)])),
+            Conjunct::Exists => Constraint::exists(key),
+            Conjunct::Absent => Constraint::not(Constraint::exists(key)),
+        }
+    }
+
+    /// A value (or absence) that satisfies the conjunct.
+    fn satisfied_by(&self) -> Option<String> {
+        match self {
+            Conjunct::Eq(v) | Conjunct::In(v, _) => Some(format!("v{v}")),
+            Conjunct::Exists => Some("v9".to_owned()),
+            Conjunct::Ne(_) | Conjunct::NotIn(..) | Conjunct::Absent => None,
+        }
+    }
+}
+
+/// How a variant of a generated exclusive set pins the distinguishing key to its own values.
+#[derive(Clone, Debug)]
+enum Pin {
+    Eq,
+    In,
+    ExistsAndEq,
+}
+
+/// An exclusive set by construction: up to 6 randomly named keys, one of which (any, so its
+/// alphabetical rank varies) separates up to 256 variants, each pinning it to its own values;
+/// every variant has one random conjunct on each other key. Optionally a default variant for
+/// every other value of the distinguishing key (and absence).
+#[derive(Clone, Debug)]
+struct ExclusiveSet {
+    keys: Vec<String>,
+    separating: usize,
+    rows: Vec<(Pin, Vec<Conjunct>)>,
+    default_variant: bool,
+}
+
+impl ExclusiveSet {
+    fn strategy() -> impl Strategy<Value = ExclusiveSet> {
+        (
+            prop::collection::btree_set("[a-z]{1,3}", 1..=6),
+            any::<prop::sample::Index>(),
+        )
+            .prop_flat_map(|(keys, separating)| {
+                let keys: Vec<String> = keys.into_iter().collect();
+                let separating = separating.index(keys.len());
+                let others = keys.len() - 1;
+                let pin = prop_oneof![Just(Pin::Eq), Just(Pin::In), Just(Pin::ExistsAndEq)];
+                let row = (pin, prop::collection::vec(Conjunct::strategy(), others));
+                (
+                    Just(keys),
+                    Just(separating),
+                    prop::collection::vec(row, 1..=256),
+                    any::<bool>(),
+                )
+            })
+            .prop_map(|(keys, separating, rows, default_variant)| ExclusiveSet {
+                keys,
+                separating,
+                rows,
+                default_variant,
+            })
+    }
+
+    fn pin(&self, i: usize, pin: &Pin) -> Constraint {
+        let key = &self.keys[self.separating];
+        let own = Constraint::equals(key, format!("p{i}"));
+        match pin {
+            // The default variant lists every pinned value within 512 nodes.
+            Pin::Eq => own,
+            Pin::In if i >= 100 => own,
+            Pin::In => Constraint::Or(vec![own, Constraint::equals(key, format!("q{i}"))]),
+            Pin::ExistsAndEq => Constraint::And(vec![Constraint::exists(key), own]),
+        }
+    }
+
+    /// Variant `i` with the conjuncts on the other keys given.
+    fn variant(&self, i: usize, pin: &Pin, conjuncts: &[Conjunct]) -> Constraint {
+        let others = self
+            .keys
+            .iter()
+            .enumerate()
+            .filter(|(k, _)| *k != self.separating);
+        let mut all = vec![self.pin(i, pin)];
+        all.extend(others.zip(conjuncts).map(|((_, key), c)| c.constraint(key)));
+        Constraint::And(all)
+    }
+
+    fn constraints(&self) -> Vec<Constraint> {
+        let mut out: Vec<Constraint> = self
+            .rows
+            .iter()
+            .enumerate()
+            .map(|(i, (pin, conjuncts))| self.variant(i, pin, conjuncts))
+            .collect();
+        if self.default_variant {
+            // Every value no row pins, and absence; `exists` on each other key.
+            let key = &self.keys[self.separating];
+            let pinned = (0..self.rows.len())
+                .flat_map(|i| {
+                    [format!("p{i}"), format!("q{i}")]
+                        .into_iter()
+                        .take(1 + usize::from(i < 100))
+                })
+                .map(|v| Constraint::equals(key, v));
+            let mut all = vec![Constraint::not(Constraint::Or(pinned.collect()))];
+            all.extend(
+                (0..self.keys.len())
+                    .filter(|k| *k != self.separating)
+                    .map(|k| Constraint::exists(&self.keys[k])),
+            );
+            out.push(Constraint::And(all));
+        }
+        out
+    }
+
+    /// A parameter set that matches row `i`.
+    fn matching(&self, i: usize) -> ParamSet {
+        let mut params = ParamSet::new();
+        params.insert(self.keys[self.separating].clone(), format!("p{i}"));
+        let others = self
+            .keys
+            .iter()
+            .enumerate()
+            .filter(|(k, _)| *k != self.separating);
+        for ((_, key), c) in others.zip(&self.rows[i].1) {
+            if let Some(v) = c.satisfied_by() {
+                params.insert(key.clone(), v);
+            }
+        }
+        params
+    }
+}
+
 /// 512 cases unless `PROPTEST_CASES` asks for more (or fewer).
 fn config() -> ProptestConfig {
     let cases = std::env::var("PROPTEST_CASES")
@@ -260,6 +423,72 @@ fn config() -> ProptestConfig {
     ProptestConfig {
         cases,
         ..ProptestConfig::default()
+    }
+}
+
+proptest! {
+    // Sets of up to 256 variants: fewer cases, each does more.
+    #![proptest_config(ProptestConfig { cases: config().cases.div_ceil(8), ..config() })]
+
+    #[test]
+    fn exclusive_sets_are_accepted_whatever_the_key_names(set in ExclusiveSet::strategy()) {
+        let variants: Vec<CanonicalConstraints> = set.constraints().iter().map(canonical).collect();
+        prop_assert_eq!(validate_variant_set(&variants, &VariantLimits::DEFAULT), Ok(()));
+    }
+
+    #[test]
+    fn an_added_overlap_is_refused_with_a_witness_matching_both(
+        set in ExclusiveSet::strategy(),
+        target in any::<prop::sample::Index>(),
+        shape in prop::collection::vec(0..4u8, 6),
+    ) {
+        // A new variant that matches row `j` at `p`: each key constrained in a way `p`
+        // satisfies, so it overlaps `j` (and perhaps others), and is not a duplicate of `j`.
+        let j = target.index(set.rows.len());
+        let p = set.matching(j);
+        let conjuncts: Vec<Constraint> = set.keys.iter().zip(&shape).map(|(key, shape)| {
+            match (p.0.get(key), shape) {
+                (Some(v), 0) => Constraint::equals(key, v),
+                (Some(v), 1) => Constraint::Or(vec![Constraint::equals(key, v), Constraint::equals(key, "zz")]),
+                (Some(_), 2) => Constraint::not(Constraint::equals(key, "zz")),
+                (Some(_), _) => Constraint::exists(key),
+                (None, 0 | 1) => Constraint::not(Constraint::exists(key)),
+                (None, _) => Constraint::not(Constraint::equals(key, "zz")),
+            }
+        }).collect();
+        let extra = canonical(&Constraint::And(conjuncts));
+        prop_assert!(extra.matches(&p));
+        let mut variants: Vec<CanonicalConstraints> = set.constraints().iter().map(canonical).collect();
+        variants.push(extra);
+        let added = variants.len() - 1;
+        let errors = check_mutual_exclusivity(&variants, &VariantLimits::DEFAULT);
+        prop_assert!(!errors.is_empty());
+        let mut pairs = BTreeSet::new();
+        for e in &errors {
+            match e {
+                VariantSetError::Overlap { first, second, witness } => {
+                    prop_assert!(variants[*first].matches(witness), "{} misses {}", witness, first);
+                    prop_assert!(variants[*second].matches(witness), "{} misses {}", witness, second);
+                    // The generated set is exclusive: every overlap involves the new variant.
+                    prop_assert_eq!(*second, added);
+                    pairs.insert((*first, *second));
+                }
+                VariantSetError::DuplicateVariant { first, second, witness, .. } => {
+                    prop_assert_eq!(*second, added);
+                    let witness = witness.as_ref().unwrap();
+                    prop_assert!(variants[*first].matches(witness));
+                    pairs.insert((*first, *second));
+                }
+                other => prop_assert!(false, "unexpected {}", other),
+            }
+        }
+        prop_assert!(pairs.contains(&(j, added)), "{:?}", errors);
+        // Exactly the rows the new variant overlaps, by their own witnesses.
+        for (i, row) in (0..set.rows.len()).map(|i| (i, set.matching(i))) {
+            if variants[added].matches(&row) {
+                prop_assert!(pairs.contains(&(i, added)), "{} overlaps at {}", i, row);
+            }
+        }
     }
 }
 

@@ -348,3 +348,124 @@ fn limits_on_variant_sets() {
     let errors = check_mutual_exclusivity(&variants(&["a = 1", "a = 2", "a = 3"]), &limits);
     assert_eq!(errors[0].code(), "too_complex");
 }
+
+/// Issue 14 item 6: `a != "a{i}" && z = "z{i}"` for 200 `i` are pairwise exclusive through `z`.
+/// Whether the irrelevant key sorts before the separating one must not matter, and the set is
+/// decided far within the budget.
+#[test]
+fn separating_key_is_found_whatever_its_name() {
+    for other in ["a", "zz"] {
+        let texts: Vec<String> = (0..200)
+            .map(|i| format!(r#"{other} != "a{i}" && z = "z{i}""#))
+            .collect();
+        let refs: Vec<&str> = texts.iter().map(String::as_str).collect();
+        let v = variants(&refs);
+        assert_eq!(
+            validate_variant_set(&v, &VariantLimits::DEFAULT),
+            Ok(()),
+            "{other}"
+        );
+        // A twentieth of the budget is plenty (before the fix, the full budget was not).
+        let tight = VariantLimits {
+            analysis_budget: VariantLimits::DEFAULT.analysis_budget / 20,
+            ..VariantLimits::DEFAULT
+        };
+        assert_eq!(validate_variant_set(&v, &tight), Ok(()), "{other}");
+    }
+}
+
+/// Pairs no single key separates still need the search; it splits on the key that separates
+/// most, not on the first in alphabetical order (`a`, compared with 200 values).
+#[test]
+fn search_splits_on_the_separating_key_first() {
+    let mut texts = Vec::new();
+    for i in 0..100 {
+        // Within a group, x = y or x != y tells the two variants apart; z tells groups apart.
+        for (same, diff) in [("1", "2"), ("2", "1")] {
+            texts.push(format!(
+                r#"a != "a{i}" && z in ("z{i}", "w{i}") && ((x = "1" && y = "{same}") || (x = "2" && y = "{diff}"))"#
+            ));
+        }
+    }
+    let refs: Vec<&str> = texts.iter().map(String::as_str).collect();
+    let v = variants(&refs);
+    let tight = VariantLimits {
+        analysis_budget: VariantLimits::DEFAULT.analysis_budget / 10,
+        ..VariantLimits::DEFAULT
+    };
+    assert_eq!(validate_variant_set(&v, &tight), Ok(()));
+    // And one more that overlaps group 7's first variant is found, with a witness.
+    texts.push(r#"a = "q" && z = "w7" && x = "1" && y = "1""#.to_owned());
+    let refs: Vec<&str> = texts.iter().map(String::as_str).collect();
+    let v = variants(&refs);
+    let errors = check_mutual_exclusivity(&v, &tight);
+    let [
+        VariantSetError::Overlap {
+            first: 14,
+            second: 200,
+            witness,
+        },
+    ] = errors.as_slice()
+    else {
+        panic!("{errors:?}")
+    };
+    assert!(
+        v[14].matches(witness) && v[200].matches(witness),
+        "{witness}"
+    );
+}
+
+#[test]
+fn duplicates_carry_a_witness_when_they_match_something() {
+    let v = variants(&[r#"a = "1" && b != "2""#, r#"b != "2" && a = "1""#]);
+    let errors = check_mutual_exclusivity(&v, &VariantLimits::DEFAULT);
+    let [
+        e @ VariantSetError::DuplicateVariant {
+            first: 0,
+            second: 1,
+            witness: Some(witness),
+            ..
+        },
+    ] = errors.as_slice()
+    else {
+        panic!("{errors:?}")
+    };
+    assert!(v[0].matches(witness) && v[1].matches(witness));
+    assert_eq!(e.witness(), Some(witness));
+    assert!(
+        e.to_string().ends_with(": both match {a=1, b=other}"),
+        "{e}"
+    );
+
+    // A contradiction twice is still a duplicate, with nothing to show.
+    let v = variants(&[r#"a = "1" && a = "2""#, r#"a = "2" && a = "1""#]);
+    let errors = check_mutual_exclusivity(&v, &VariantLimits::DEFAULT);
+    assert!(
+        matches!(
+            errors.as_slice(),
+            [VariantSetError::DuplicateVariant { witness: None, .. }]
+        ),
+        "{errors:?}"
+    );
+}
+
+#[test]
+fn same_key_set_is_checked_on_the_keys_as_written() {
+    // Constant folding turns the first into `env = "a"`; the operator wrote `v` all the same.
+    let v = variants(&[r#"env = "a" && (v = "1" || *)"#, r#"env = "b" && v = "2""#]);
+    assert_eq!(v[0].to_string(), r#"env = "a""#);
+    assert_eq!(validate_variant_set(&v, &VariantLimits::DEFAULT), Ok(()));
+
+    // And a mismatch names the keys as written.
+    let v = variants(&[
+        r#"env = "a" && (zone = "x" || *)"#,
+        r#"env = "b" && v = "2""#,
+    ]);
+    let errors = check_same_key_set(&v);
+    assert_eq!(
+        errors.iter().map(ToString::to_string).collect::<Vec<_>>(),
+        [
+            "variant 1 constrains keys {env, v} but variant 0 constrains {env, zone}; missing {zone}; extra {v}"
+        ]
+    );
+}

@@ -13,15 +13,36 @@ use super::{Constraint, Constraints};
 use crate::params::Params;
 
 /// Constraints in canonical form, with their identifier. Build with [`Constraints::canonical`].
-#[derive(Clone, Debug, PartialEq, Eq, Hash)]
+///
+/// Equality and hashing are by the canonical form; the keys as written (see
+/// [`written_keys`](Self::written_keys)) do not take part.
+#[derive(Clone, Debug)]
 pub struct CanonicalConstraints {
     constraints: Constraints,
     id: ConstraintsId,
+    /// Keys the constraints were written with that constant folding removed, sorted; `None`
+    /// when there are none (the usual case).
+    folded_keys: Option<Box<[String]>>,
+}
+
+impl PartialEq for CanonicalConstraints {
+    fn eq(&self, other: &Self) -> bool {
+        self.id == other.id && self.constraints == other.constraints
+    }
+}
+
+impl Eq for CanonicalConstraints {}
+
+impl std::hash::Hash for CanonicalConstraints {
+    fn hash<H: std::hash::Hasher>(&self, state: &mut H) {
+        self.constraints.hash(state);
+        self.id.hash(state);
+    }
 }
 
 impl CanonicalConstraints {
-    pub(super) fn of(constraints: &Constraints) -> Self {
-        let root = constraints
+    pub(super) fn of(written: &Constraints) -> Self {
+        let root = written
             .root()
             .map(canonicalize)
             .and_then(|root| match root {
@@ -31,7 +52,17 @@ impl CanonicalConstraints {
             });
         let constraints = Constraints { root };
         let id = ConstraintsId::of(&constraints);
-        Self { constraints, id }
+        let kept = constraints.keys();
+        let folded: Box<[String]> = written
+            .keys()
+            .difference(&kept)
+            .map(|k| (*k).to_owned())
+            .collect();
+        Self {
+            constraints,
+            id,
+            folded_keys: (!folded.is_empty()).then_some(folded),
+        }
     }
 
     pub fn id(&self) -> ConstraintsId {
@@ -56,6 +87,16 @@ impl CanonicalConstraints {
 
     pub fn keys(&self) -> std::collections::BTreeSet<&str> {
         self.constraints.keys()
+    }
+
+    /// The keys of the constraints as written, before constant folding: a superset of
+    /// [`keys`](Self::keys). `env = "a" && (v = "1" || *)` is `env = "a"` in canonical form,
+    /// but was written with `v`. (Constraints read back from their canonical text have
+    /// nothing folded left.)
+    pub fn written_keys(&self) -> std::collections::BTreeSet<&str> {
+        let mut keys = self.keys();
+        keys.extend(self.folded_keys.iter().flatten().map(String::as_str));
+        keys
     }
 }
 

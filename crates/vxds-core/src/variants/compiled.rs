@@ -29,6 +29,19 @@ pub(crate) enum Expr {
     Or(Box<[Expr]>),
 }
 
+impl Expr {
+    /// Number of nodes: the most one evaluation can visit.
+    pub fn size(&self) -> u64 {
+        match self {
+            Expr::True | Expr::Eq { .. } | Expr::Exists { .. } => 1,
+            Expr::Not(inner) => 1 + inner.size(),
+            Expr::And(children) | Expr::Or(children) => {
+                1 + children.iter().map(Expr::size).sum::<u64>()
+            }
+        }
+    }
+}
+
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub(crate) enum Truth {
     False,
@@ -46,6 +59,9 @@ pub(crate) struct Compiled {
     pub exprs: Vec<Expr>,
     /// Per variant, the keys its expression mentions.
     pub key_masks: Vec<u64>,
+    /// Per variant, the nodes of its expression: what evaluating it costs at most, in budget
+    /// steps.
+    pub sizes: Vec<u64>,
 }
 
 impl Compiled {
@@ -85,6 +101,7 @@ impl Compiled {
             class_of_value,
             exprs: Vec::new(),
             key_masks: Vec::new(),
+            sizes: Vec::new(),
         };
         for variant in variants {
             let (expr, mask) = match variant.root() {
@@ -94,6 +111,7 @@ impl Compiled {
                     (compiled.compile(root, &key_index, &mut mask), mask)
                 }
             };
+            compiled.sizes.push(expr.size());
             compiled.exprs.push(expr);
             compiled.key_masks.push(mask);
         }
@@ -186,6 +204,11 @@ impl Compiled {
         params
     }
 
+    /// The budget steps evaluating all of `variants` may take: their expression sizes.
+    pub fn eval_cost(&self, variants: &[usize]) -> u64 {
+        variants.iter().map(|&v| self.sizes[v]).sum()
+    }
+
     pub fn eval(&self, variant: usize, assignment: &[Option<u32>]) -> Truth {
         eval(&self.exprs[variant], assignment)
     }
@@ -272,6 +295,10 @@ fn eval(expr: &Expr, assignment: &[Option<u32>]) -> Truth {
 }
 
 /// Counts evaluation steps against a budget, so hostile variant sets cannot burn CPU.
+///
+/// A step is a unit of work of about constant cost: one expression node evaluated (an
+/// evaluation is charged its expression's full size, whether or not it short-circuits), one
+/// requirement compared when pruning pairs, one (variant, key) scored when choosing a split.
 #[derive(Debug)]
 pub(crate) struct Budget {
     left: u64,

@@ -254,7 +254,7 @@ impl CoverageSearch<'_> {
         if self.truncated {
             return Ok(());
         }
-        self.budget.spend(candidates.len() as u64 + 1)?;
+        self.budget.spend(self.compiled.eval_cost(candidates) + 1)?;
         let classes = self.class_assignment();
         let mut alive = Vec::with_capacity(candidates.len());
         for &v in candidates {
