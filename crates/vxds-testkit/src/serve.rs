@@ -23,6 +23,17 @@ impl ServeProcess {
     /// Starts `binary serve` with its database and log in `dir`, and `extra_args`; returns once
     /// both servers listen.
     pub fn start(binary: &Path, dir: &Path, extra_args: &[&str]) -> io::Result<ServeProcess> {
+        Self::start_at(binary, dir, "127.0.0.1:0", extra_args)
+    }
+
+    /// Like [`Self::start`], with the xDS server at `xds_addr`: a restarted server where its
+    /// clients reconnect. The database in `dir` is kept across restarts.
+    pub fn start_at(
+        binary: &Path,
+        dir: &Path,
+        xds_addr: &str,
+        extra_args: &[&str],
+    ) -> io::Result<ServeProcess> {
         let database = format!("sqlite://{}", dir.join("vxds.db").display());
         let mut child = Command::new(binary)
             .args([
@@ -30,7 +41,7 @@ impl ServeProcess {
                 "--admin-addr",
                 "127.0.0.1:0",
                 "--xds-addr",
-                "127.0.0.1:0",
+                xds_addr,
             ])
             .args(["--database-url", &database])
             .args(extra_args)
@@ -40,7 +51,7 @@ impl ServeProcess {
             .spawn()
             .map_err(|e| io::Error::other(format!("starting {}: {e}", binary.display())))?;
         let log = dir.join("vxds.log");
-        let mut file = File::create(&log)?;
+        let mut file = File::options().create(true).append(true).open(&log)?;
         let stderr = child
             .stderr
             .take()

@@ -18,6 +18,10 @@
 
 #![allow(clippy::unwrap_used)] // tests fail loudly on purpose
 
+// A test crate's root resolves modules beside it, not in a folder named after it.
+#[path = "real_clients/protocol.rs"]
+mod protocol;
+
 use std::net::TcpListener;
 use std::path::{Path, PathBuf};
 use std::process::{Child, Command, Stdio};
