@@ -17,6 +17,7 @@ on_both_backends!(
     sotw_a_type_no_longer_watched_does_not_hold_back_removals,
     csds_never_returns_secret_bodies_and_can_be_turned_off,
     unknown_types_are_refused,
+    globs_with_envoys_node_context_are_served_and_woken,
 );
 
 fn put_cluster(name: &str) -> Value {
@@ -383,4 +384,43 @@ async fn unknown_types_are_refused(db: TestDb) {
         .unwrap_err();
     assert_eq!(error.code(), tonic::Code::InvalidArgument);
     assert!(error.message().contains("no.such.Type"), "{error:?}");
+}
+
+/// Envoy adds its node context to every collection name (`xds.node.id`, …): such globs are
+/// served, and members woken, whatever follows the glob (`#alt=` is the client's business).
+async fn globs_with_envoys_node_context_are_served_and_woken(db: TestDb) {
+    const LISTENER: &str = "type.googleapis.com/envoy.config.listener.v3.Listener";
+    let server = Server::start(&db, XdsConfig::default()).await;
+    let member = |id: &str, port: u16| {
+        let name =
+            format!("xdstp://auth/envoy.config.listener.v3.Listener/edge/{id}?xds.node.id=n1");
+        json!({"op": "put", "type": "listener", "name": name, "variants": [{"resource": {
+            "@type": LISTENER, "name": name,
+            "address": {"socket_address": {"address": "127.0.0.1", "port_value": port}}}}]})
+    };
+    server.apply(json!([member("a", 1001)])).await;
+    let mut stream = DeltaStream::open(
+        &server,
+        DeltaDiscoveryRequest {
+            type_url: LISTENER.into(),
+            resource_names_subscribe: vec![
+                "xdstp://auth/envoy.config.listener.v3.Listener/edge/*?xds.node.id=n1#alt=xdstp://backup/envoy.config.listener.v3.Listener/edge/*"
+                    .into(),
+            ],
+            ..Default::default()
+        },
+    )
+    .await;
+    let first = stream.next().await;
+    assert_eq!(
+        delta_names(&first),
+        ["xdstp://auth/envoy.config.listener.v3.Listener/edge/a?xds.node.id=n1"]
+    );
+    stream.ack(&first).await;
+    server.apply(json!([member("b", 1002)])).await;
+    let woken = stream.next().await;
+    assert_eq!(
+        delta_names(&woken),
+        ["xdstp://auth/envoy.config.listener.v3.Listener/edge/b?xds.node.id=n1"]
+    );
 }
