@@ -284,6 +284,9 @@ impl StreamMachine {
                 .as_deref()
                 .is_some_and(|last| last != request.response_nonce)
             {
+                if request.error_detail.is_none() {
+                    ty.settle_superseded(&request.response_nonce);
+                }
                 return Ok(outcome);
             }
             if let Some(ack) = ty.answer(

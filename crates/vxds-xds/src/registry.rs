@@ -69,7 +69,9 @@ impl Inbox {
         if let Ok(mut pending) = self.pending.lock() {
             pending.everything = true;
             pending.keys.clear();
-            pending.revision = pending.revision.max(revision);
+            // Everything is computed afresh, from this revision on: earlier marks are moot
+            // (and after a head that went backwards, never published again).
+            pending.revision = revision;
         }
         self.notify.notify_one();
     }
@@ -236,36 +238,51 @@ impl Registry {
 
     /// Replaces what stream `id` subscribes to.
     pub fn set_interest(&self, id: u64, interest: BTreeMap<String, Interest>) {
-        let Ok(mut indexes) = self.indexes.lock() else {
+        let Ok(mut guard) = self.indexes.lock() else {
             return;
         };
-        let Some(old) = indexes
+        let Some(old) = guard
             .streams
             .get_mut(&id)
             .map(|e| std::mem::take(&mut e.interest))
         else {
             return;
         };
-        indexes.unindex(id, &old);
-        indexes.index(id, &interest);
-        let indexes = &mut *indexes;
+        guard.unindex(id, &old);
+        guard.index(id, &interest);
+        let indexes = &mut *guard;
         let Some(entry) = indexes.streams.get_mut(&id) else {
             return;
         };
         entry.interest = interest;
         // A revision being dispatched may have looked this stream up before the change: it
-        // gets the whole revision, and waits for its publication before computing.
-        if let Some(dispatching) = &indexes.dispatching {
-            match &dispatching.changed {
-                Some(changed) => entry.inbox.mark(changed.iter(), dispatching.revision),
-                None => entry.inbox.mark_everything(dispatching.revision),
-            }
+        // gets the whole revision, and waits for its publication before computing. Marked
+        // outside the lock: a revision can be large.
+        let catch_up = indexes
+            .dispatching
+            .as_ref()
+            .map(|d| (entry.inbox.clone(), d.changed.clone(), d.revision));
+        drop(guard);
+        match catch_up {
+            Some((inbox, Some(changed), revision)) => inbox.mark(changed.iter(), revision),
+            Some((inbox, None, revision)) => inbox.mark_everything(revision),
+            None => {}
         }
     }
 
     /// The latest published snapshot.
     pub fn snapshot(&self) -> Arc<Snapshot> {
         self.published.borrow().clone()
+    }
+
+    /// Waits until a snapshot at `revision` or later is published: every stream it concerns
+    /// has been told of it.
+    pub async fn wait_published(&self, revision: u64) -> Arc<Snapshot> {
+        let mut published = self.published.subscribe();
+        match published.wait_for(|s| s.revision >= revision).await {
+            Ok(snapshot) => snapshot.clone(),
+            Err(_) => self.snapshot(),
+        }
     }
 
     /// Brings `machine` up to date with what its inbox holds, and returns the snapshot to

@@ -36,7 +36,6 @@ const WAIT: Duration = Duration::from_secs(10);
 
 struct Server {
     store: Store,
-    index: vxds_store::Index,
     xds: Arc<XdsServer>,
     channel: Channel,
     stop: Option<tokio::sync::oneshot::Sender<()>>,
@@ -72,7 +71,6 @@ impl Server {
             .unwrap();
         Server {
             store,
-            index,
             xds,
             channel,
             stop: Some(stop),
@@ -81,11 +79,11 @@ impl Server {
         }
     }
 
-    /// Commits `ops` and waits until the index (what streams read) holds the revision.
+    /// Commits `ops` and waits until the revision is published to the streams.
     async fn apply(&self, ops: Value) -> u64 {
         let request: ChangesetRequest = serde_json::from_value(json!({"operations": ops})).unwrap();
         let revision = self.store.apply(request, None).await.unwrap().revision;
-        tokio::time::timeout(WAIT, self.index.wait_for(revision))
+        tokio::time::timeout(WAIT, self.xds.registry().wait_published(revision))
             .await
             .unwrap();
         revision

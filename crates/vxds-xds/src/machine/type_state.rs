@@ -75,6 +75,11 @@ impl Item {
         &self.variant().version
     }
 
+    /// Whether this is the variant `params` resolved to (in the snapshot it came from).
+    fn resolves(&self, params: &ParamSet) -> bool {
+        self.resource.matcher.resolve(params) == Some(self.variant)
+    }
+
     /// The constraints it is named with: a locator subscription's variant's, else none.
     fn constraints(&self) -> Option<Bytes> {
         self.constrained
@@ -218,6 +223,9 @@ pub(crate) struct TypeState {
     outstanding: BTreeMap<String, Outstanding>,
     /// The latest refusal, until a later response is accepted.
     refused: Option<Refused>,
+    /// Names reported at connect (`initial_resource_versions`) not yet matched to what the
+    /// subscriptions want: a locator's may be a variant. Empty after the first refresh.
+    reported_names: BTreeSet<Arc<str>>,
     /// Removals due, each with the sequence number of the last response sent when it became
     /// due: it may go once every response up to that one is accepted.
     removal_stamps: BTreeMap<ItemKey, u64>,
@@ -269,6 +277,7 @@ impl TypeState {
             nacked_version: None,
             outstanding: BTreeMap::new(),
             refused: None,
+            reported_names: BTreeSet::new(),
             removal_stamps: BTreeMap::new(),
         }
     }
@@ -319,11 +328,9 @@ impl TypeState {
         let shared: Arc<str> = Arc::from(name);
         if let Some(members) = self.glob_members.get(name).cloned() {
             for member in members {
-                self.unsend(&ItemKey::Name(member.clone()));
+                self.unsend_to_resend(&ItemKey::Name(member.clone()));
                 let held: Vec<ItemKey> = self.sent_variants(&member).cloned().collect();
-                held.iter().for_each(|k| {
-                    self.unsend(k);
-                });
+                held.iter().for_each(|k| self.unsend_to_resend(k));
             }
             self.reported_missing
                 .remove(&Missing::Glob(name.to_owned()));
@@ -335,9 +342,12 @@ impl TypeState {
                 let Some(normal) = self.names.get(name).cloned() else {
                     return;
                 };
-                self.unsend(&ItemKey::Name(shared));
-                self.reported_missing
-                    .remove(&Missing::Name(name.to_owned()));
+                let key = ItemKey::Name(shared);
+                self.unsend_to_resend(&key);
+                if !self.sent.contains_key(&key) {
+                    self.reported_missing
+                        .remove(&Missing::Name(name.to_owned()));
+                }
                 self.stale_normals.insert(normal);
             }
             Some(params) => {
@@ -346,13 +356,19 @@ impl TypeState {
                     return;
                 };
                 let held: Vec<ItemKey> = self.sent_variants(&shared).cloned().collect();
-                held.iter().for_each(|k| {
-                    self.unsend(k);
-                });
+                held.iter().for_each(|k| self.unsend_to_resend(k));
                 self.reported_missing
                     .remove(&Missing::Locator(key.0, key.1));
                 self.stale_normals.insert(normal);
             }
+        }
+    }
+
+    /// Forgets that the client holds `key`, so that it is sent again — unless its removal is
+    /// due: that removal is the answer, and it keeps waiting for its turn.
+    fn unsend_to_resend(&mut self, key: &ItemKey) {
+        if self.desired.contains_key(key) {
+            self.unsend(key);
         }
     }
 
@@ -431,6 +447,9 @@ impl TypeState {
                 .remove(&Missing::Glob(name.to_owned()));
             for member in members {
                 self.stale_normals.insert(member.to_string());
+                // By name, or (a glob subscribed by locator) as variants.
+                let variants: Vec<ItemKey> = self.sent_variants(&member).cloned().collect();
+                variants.iter().for_each(|k| self.forget(k));
                 self.forget(&ItemKey::Name(member));
             }
             return;
@@ -556,6 +575,7 @@ impl TypeState {
 
     /// Delta: what the client says it already has, at connect.
     pub fn client_has(&mut self, name: &str, version: &str) {
+        self.reported_names.insert(Arc::from(name));
         let key = ItemKey::Name(Arc::from(name));
         self.send(key.clone(), Sent::Reported(Arc::from(version)));
         self.dirty.insert(key);
@@ -642,6 +662,8 @@ impl TypeState {
                 self.refresh_resource(&normal, snapshot);
             }
         }
+        // What was reported and matched nothing is held by name: its removal is by name.
+        self.reported_names.clear();
     }
 
     fn refresh_resource(&mut self, normal: &str, snapshot: &Snapshot) {
@@ -743,38 +765,77 @@ impl TypeState {
             self.by_normal.insert(normal.to_owned(), others);
         }
         self.missing.extend(missing);
-        self.adopt_reported(normal);
+        if !self.reported_names.is_empty() {
+            self.adopt_reported(normal, resource.as_ref());
+        }
     }
 
     /// A reconnecting client reports what it holds by name (`initial_resource_versions`), but
-    /// what a locator subscription holds is a variant. The report is taken as that variant's
-    /// when the versions agree (nothing is sent again); otherwise the new variant replaces it.
-    /// Either way it is never removed by bare name: that would delete what the client uses.
-    fn adopt_reported(&mut self, normal: &str) {
-        let Some(locators) = self.locators_by_normal.get(normal) else {
-            return;
-        };
-        let spellings: BTreeSet<String> = locators.iter().map(|(s, _)| s.clone()).collect();
+    /// what a locator (or a glob subscribed by locator) holds is a variant. The report is taken
+    /// as the variant with that version: the one desired (nothing is sent again), or another of
+    /// the resource's variants, which the desired one then replaces atomically, removed with
+    /// its constraints. A report is never removed by bare name: that would delete what the
+    /// client uses.
+    fn adopt_reported(&mut self, normal: &str, resource: Option<&Arc<IndexedResource>>) {
+        // The names the client may hold as variants of this resource: its locator spellings,
+        // and its own name (glob members, wildcard-free).
+        let mut spellings: BTreeSet<Arc<str>> = self
+            .locators_by_normal
+            .get(normal)
+            .into_iter()
+            .flatten()
+            .map(|(s, _)| Arc::from(s.as_str()))
+            .collect();
+        if let Some(resource) = resource {
+            spellings.insert(resource.name.clone());
+        }
         for spelling in spellings {
-            let spelling: Arc<str> = Arc::from(spelling);
+            if !self.reported_names.contains(&spelling) {
+                continue;
+            }
             let by_name = ItemKey::Name(spelling.clone());
-            if self.desired.contains_key(&by_name) {
-                continue; // also subscribed by plain name: the report is that subscription's
+            let first = ItemKey::Variant(spelling.clone(), ConstraintsId::MIN);
+            let last = ItemKey::Variant(spelling.clone(), ConstraintsId::MAX);
+            let desired_variants: Vec<(ItemKey, Item)> = self
+                .desired
+                .range(first..=last)
+                .map(|(k, item)| (k.clone(), item.clone()))
+                .collect();
+            let is_locator = self
+                .locators_by_normal
+                .get(normal)
+                .is_some_and(|l| l.iter().any(|(s, _)| **s == *spelling));
+            if self.desired.contains_key(&by_name) || (desired_variants.is_empty() && !is_locator) {
+                continue; // held by name (a plain subscription): the report is that one's
             }
             let Some(Sent::Reported(version)) = self.sent.get(&by_name).cloned() else {
+                self.reported_names.remove(&spelling);
                 continue;
             };
             self.unsend(&by_name);
             self.dirty.remove(&by_name);
-            let first = ItemKey::Variant(spelling.clone(), ConstraintsId::MIN);
-            let last = ItemKey::Variant(spelling, ConstraintsId::MAX);
-            let same: Vec<(ItemKey, Item)> = self
-                .desired
-                .range(first..=last)
-                .filter(|(_, item)| *item.version() == version)
-                .map(|(k, item)| (k.clone(), item.clone()))
-                .collect();
-            for (key, item) in same {
+            self.reported_names.remove(&spelling);
+            if let Some((key, item)) = desired_variants
+                .iter()
+                .find(|(_, item)| *item.version() == version)
+            {
+                self.send(key.clone(), Sent::Delivered(item.clone()));
+                continue;
+            }
+            // Another variant of the resource (the client's parameters changed meanwhile).
+            let held = resource.and_then(|r| {
+                let index = r.variants.iter().position(|v| v.version == version)?;
+                Some((
+                    ItemKey::Variant(spelling.clone(), r.variants[index].id),
+                    Item {
+                        resource: r.clone(),
+                        variant: index,
+                        constrained: true,
+                    },
+                ))
+            });
+            if let Some((key, item)) = held {
+                self.dirty.insert(key.clone());
                 self.send(key, Sent::Delivered(item));
             }
         }

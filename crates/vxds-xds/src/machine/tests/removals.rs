@@ -252,3 +252,113 @@ fn sotw_a_refused_version_may_come_back_once_another_is_accepted() {
     assert_eq!(back.len(), 1);
     assert_eq!(sotw(&back[0]).version_info, refused.version_info);
 }
+
+#[test]
+fn sotw_acks_that_lag_behind_churn_still_settle_removals() {
+    let mut world = World::new();
+    world.apply(json!([
+        put("cluster", "gone", &[("*", cluster("gone"))]),
+        put("cluster", "keep", &[("*", cluster("keep"))]),
+        put("endpoint", "e", &[("*", endpoint("e", "1"))]),
+    ]));
+    let mut m = sotw_machine();
+    m.on_sotw_request(sotw_request(CLUSTER, &[], "", ""))
+        .unwrap();
+    m.on_sotw_request(sotw_request(ENDPOINT, &["e"], "", ""))
+        .unwrap();
+    let ack = |m: &mut StreamMachine, r: &DiscoveryResponse| {
+        let names: &[&str] = if r.type_url == ENDPOINT { &["e"] } else { &[] };
+        m.on_sotw_request(sotw_request(&r.type_url, names, &r.nonce, &r.version_info))
+            .unwrap();
+    };
+    for r in m.poll(&world.snapshot) {
+        ack(&mut m, &sotw(&r));
+    }
+    // One revision deletes `gone` and changes the endpoints.
+    let changed = world.apply(json!([
+        delete("cluster", "gone"),
+        put("endpoint", "e", &[("*", endpoint("e", "2"))]),
+    ]));
+    m.on_changes(&changed);
+    let make = m.poll(&world.snapshot);
+    assert_eq!(
+        make.len(),
+        1,
+        "endpoints only; the cluster state is unchanged"
+    );
+    let endpoints = sotw(&make[0]);
+    // Endpoints churn faster than the client answers: its answer to the first update comes
+    // after a second one superseded it.
+    let changed = world.apply(json!([put("endpoint", "e", &[("*", endpoint("e", "3"))])]));
+    m.on_changes(&changed);
+    let next = m.poll(&world.snapshot);
+    assert_eq!(next.len(), 1);
+    ack(&mut m, &endpoints);
+    // That answer settled what the removal waited for: it goes with the next push, however
+    // the endpoints keep churning.
+    let changed = world.apply(json!([put("endpoint", "e", &[("*", endpoint("e", "4"))])]));
+    m.on_changes(&changed);
+    let responses = m.poll(&world.snapshot);
+    let types: Vec<&str> = responses.iter().map(Response::type_url).collect();
+    assert_eq!(types, [ENDPOINT, CLUSTER]);
+    assert_eq!(sotw_names(&sotw(&responses[1])), ["keep"]);
+}
+
+#[test]
+fn delta_a_missing_locator_is_reported_while_another_variant_is_held() {
+    let mut world = World::new();
+    world.apply(json!([put(
+        "route",
+        "web",
+        &[(r#"env = "prod""#, route("web", "prod"))]
+    )]));
+    let locator = |env: &str| ResourceLocator {
+        name: "web".into(),
+        dynamic_parameters: [("env".to_owned(), env.to_owned())].into(),
+    };
+    let mut m = delta_machine();
+    let mut request = delta_request(ROUTE, &[], &[], "");
+    request.resource_locators_subscribe = vec![locator("prod")];
+    m.on_delta_request(request).unwrap();
+    let r = delta(&m.poll(&world.snapshot)[0]);
+    ack_delta(&mut m, &r);
+    let mut request = delta_request(ROUTE, &[], &[], "");
+    request.resource_locators_subscribe = vec![locator("test")];
+    m.on_delta_request(request).unwrap();
+    let responses = m.poll(&world.snapshot);
+    assert_eq!(responses.len(), 1, "{responses:?}");
+    let r = delta(&responses[0]);
+    assert_eq!(r.removed_resource_names.len(), 1);
+    assert_eq!(r.removed_resource_names[0].name, "web");
+    assert!(
+        r.removed_resource_names[0]
+            .dynamic_parameter_constraints
+            .is_none()
+    );
+}
+
+#[test]
+fn delta_a_resubscribe_does_not_jump_a_pending_removal() {
+    let mut world = World::new();
+    let mut m = delta_client(&mut world);
+    m.on_delta_request(delta_request(CLUSTER, &["old"], &[], ""))
+        .unwrap();
+    let r = delta(&m.poll(&world.snapshot)[0]);
+    ack_delta(&mut m, &r);
+    // An endpoint update in flight, then `old` is deleted: its removal waits for the update.
+    let changed = world.apply(json!([put("endpoint", "e", &[("*", endpoint("e", "2"))])]));
+    m.on_changes(&changed);
+    let update = delta(&m.poll(&world.snapshot)[0]);
+    let changed = world.apply(json!([delete("cluster", "old")]));
+    m.on_changes(&changed);
+    assert!(m.poll(&world.snapshot).is_empty());
+    m.on_delta_request(delta_request(CLUSTER, &["old"], &[], ""))
+        .unwrap();
+    assert!(
+        m.poll(&world.snapshot).is_empty(),
+        "still waiting for the update"
+    );
+    ack_delta(&mut m, &update);
+    let removal = delta(&m.poll(&world.snapshot)[0]);
+    assert_eq!(removal.removed_resources, ["old"]);
+}

@@ -355,3 +355,110 @@ fn unknown_type_urls_are_refused() {
     m.on_delta_request(delta_request(crate::types::RUNTIME, &["r"], &[], ""))
         .unwrap();
 }
+
+const GLOB: &str = "xdstp://auth/envoy.config.route.v3.RouteConfiguration/r/*";
+const MEMBER: &str = "xdstp://auth/envoy.config.route.v3.RouteConfiguration/r/web";
+
+fn glob_world() -> World {
+    let mut world = World::new();
+    world.apply(json!([put(
+        "route",
+        MEMBER,
+        &[
+            (r#"env = "prod""#, route(MEMBER, "prod")),
+            (r#"env != "prod""#, route(MEMBER, "rest"))
+        ]
+    )]));
+    world
+}
+
+#[test]
+fn delta_reconnect_with_a_glob_by_locator_keeps_its_members() {
+    let world = glob_world();
+    let glob = [locator(GLOB, &[("env", "prod")])];
+    let mut m = delta_machine();
+    m.on_delta_request(delta_locators(&glob, "")).unwrap();
+    let held = delta(&m.poll(&world.snapshot)[0]);
+    assert_eq!(names(&held), [MEMBER]);
+    let mut again = delta_machine();
+    let mut request = delta_locators(&glob, "");
+    request.initial_resource_versions =
+        [(MEMBER.to_owned(), held.resources[0].version.clone())].into();
+    again.on_delta_request(request).unwrap();
+    assert!(again.poll(&world.snapshot).is_empty());
+}
+
+#[test]
+fn delta_reconnect_with_changed_parameters_swaps_the_held_variant_atomically() {
+    let mut world = World::new();
+    prod_or_rest(&mut world);
+    let mut m = delta_machine();
+    m.on_delta_request(delta_locators(&[locator("web", &[("env", "prod")])], ""))
+        .unwrap();
+    let held = delta(&m.poll(&world.snapshot)[0]);
+    let old = held.resources[0].resource_name.clone().unwrap();
+    // Reconnected with other parameters: the variant it holds is replaced, by constraints.
+    let mut again = delta_machine();
+    let mut request = delta_locators(&[locator("web", &[("env", "test")])], "");
+    request.initial_resource_versions =
+        [("web".to_owned(), held.resources[0].version.clone())].into();
+    again.on_delta_request(request).unwrap();
+    let responses = again.poll(&world.snapshot);
+    assert_eq!(responses.len(), 1);
+    let r = delta(&responses[0]);
+    assert!(r.removed_resources.is_empty());
+    assert_eq!(r.removed_resource_names.len(), 1);
+    assert_eq!(
+        r.removed_resource_names[0].dynamic_parameter_constraints,
+        old.dynamic_parameter_constraints
+    );
+    assert_eq!(
+        route_tag(&r.resources[0].resource.as_ref().unwrap().value),
+        "rest"
+    );
+}
+
+#[test]
+fn delta_a_glob_by_locator_unsubscribed_and_subscribed_again_is_sent_again() {
+    let world = glob_world();
+    let glob = [locator(GLOB, &[("env", "prod")])];
+    let mut m = delta_machine();
+    m.on_delta_request(delta_locators(&glob, "")).unwrap();
+    let held = delta(&m.poll(&world.snapshot)[0]);
+    ack_delta(&mut m, &held);
+    let mut unsubscribe = delta_request(ROUTE, &[], &[], "");
+    unsubscribe.resource_locators_unsubscribe = glob.to_vec();
+    m.on_delta_request(unsubscribe).unwrap();
+    assert!(
+        m.poll(&world.snapshot).is_empty(),
+        "the client drops them itself"
+    );
+    assert!(m.status().lock().unwrap().types[0].resources.is_empty());
+    m.on_delta_request(delta_locators(&glob, "")).unwrap();
+    let again = delta(&m.poll(&world.snapshot)[0]);
+    assert_eq!(names(&again), [MEMBER]);
+}
+
+#[test]
+fn sotw_two_locators_of_one_name_get_both_variants() {
+    let mut world = World::new();
+    prod_or_rest(&mut world);
+    let mut m = sotw_machine();
+    let mut request = sotw_request(ROUTE, &[], "", "");
+    request.resource_locators = vec![
+        locator("web", &[("env", "prod")]),
+        locator("web", &[("env", "test")]),
+    ];
+    m.on_sotw_request(request).unwrap();
+    let r = sotw(&m.poll(&world.snapshot)[0]);
+    let mut tags: Vec<String> = r
+        .resources
+        .iter()
+        .map(|any| {
+            let wrapped = Resource::decode(any.value.as_slice()).unwrap();
+            route_tag(&wrapped.resource.unwrap().value)
+        })
+        .collect();
+    tags.sort();
+    assert_eq!(tags, ["prod", "rest"]);
+}

@@ -23,6 +23,20 @@ impl TypeState {
         unanswered.chain(refused).min().unwrap_or(u64::MAX)
     }
 
+    /// SotW: the client answered a response that a later one superseded (its requests lag
+    /// behind under churn; Envoy answers every response). An acceptance settles every response
+    /// up to that one, so the latest outstanding response no longer stands for them.
+    pub fn settle_superseded(&mut self, nonce: &str) {
+        let Ok(answered) = nonce.parse::<u64>() else {
+            return;
+        };
+        for outstanding in self.outstanding.values_mut() {
+            if outstanding.since <= answered && answered < outstanding.seq {
+                outstanding.since = answered + 1;
+            }
+        }
+    }
+
     /// A type the client no longer watches (it unsubscribed from everything): it answers
     /// nothing of that type any more (Envoy drops responses for unwatched types), so nothing
     /// may wait for such an answer, and nothing is sent.
@@ -157,6 +171,13 @@ impl TypeState {
             .collect()
     }
 
+    /// Whether the client holds the variant it was sent for the locator `(name, params)`.
+    fn locator_held(&self, name: &str, params: &ParamSet) -> bool {
+        self.sent_variants(&Arc::from(name)).any(
+            |k| matches!(self.sent.get(k), Some(Sent::Delivered(item)) if item.resolves(params)),
+        )
+    }
+
     /// Whether the desired state holds something under `name`, by name or as a variant.
     fn desires_name(&self, name: &Arc<str>) -> bool {
         let first = ItemKey::Variant(name.clone(), vxds_core::ConstraintsId::MIN);
@@ -190,9 +211,7 @@ impl TypeState {
             };
             entries.insert(key.clone(), (entry(&key, &item), item));
         }
-        // Never one name twice (a name subscribed both plainly and by locator): the first wins.
-        let mut names: BTreeSet<Arc<str>> = BTreeSet::new();
-        entries.retain(|key, _| names.insert(key.name().clone()));
+
         let mut parts: Vec<&[u8]> = vec![self.type_url.as_bytes()];
         let labels: Vec<String> = entries
             .iter()
@@ -302,12 +321,9 @@ impl TypeState {
                     continue;
                 }
                 Missing::Name(name) => response.removed_resources.push(name.clone()),
-                Missing::Locator(name, _) => {
-                    if self
-                        .sent_variants(&Arc::from(name.as_str()))
-                        .next()
-                        .is_some()
-                    {
+                Missing::Locator(name, params) => {
+                    // What it holds for this locator goes in the break phase, by constraints.
+                    if self.locator_held(name, params) {
                         continue;
                     }
                     response.removed_resource_names.push(RemovedName {
@@ -322,6 +338,9 @@ impl TypeState {
         // An empty glob collection is reported by its own name, once its members are gone.
         for (glob, members) in &self.glob_members {
             let report = Missing::Glob(glob.clone());
+            if !members.is_empty() || self.reported_missing.contains(&report) {
+                continue;
+            }
             let Some(url) = self.globs.get(glob).map(|g| &g.url) else {
                 continue;
             };
@@ -329,7 +348,7 @@ impl TypeState {
             let holds = self.sent.keys().any(|k| {
                 vxds_core::xdstp::XdstpUrn::parse(k.name()).is_ok_and(|urn| url.glob_matches(&urn))
             });
-            if members.is_empty() && !holds && !self.reported_missing.contains(&report) {
+            if !holds {
                 response.removed_resources.push(glob.clone());
                 self.reported_missing.insert(report);
             }
@@ -360,16 +379,22 @@ impl TypeState {
                 ItemKey::Variant(name, _) => {
                     response.removed_resource_names.push(RemovedName {
                         name: name.to_string(),
-                        constraints: sent.and_then(|s| s.constraints()),
+                        constraints: sent.as_ref().and_then(|s| s.constraints()),
                     });
-                    // A locator that matches nothing now: this removal says so, once.
-                    let missing: Vec<Missing> = self
+                    // The locators this variant answered, which match nothing now: this
+                    // removal tells them, once.
+                    let answered: Vec<Missing> = self
                         .missing
                         .iter()
-                        .filter(|m| matches!(m, Missing::Locator(n, _) if **n == **name))
+                        .filter(|m| match (m, &sent) {
+                            (Missing::Locator(n, params), Some(Sent::Delivered(item))) => {
+                                **n == **name && item.resolves(params)
+                            }
+                            _ => false,
+                        })
                         .cloned()
                         .collect();
-                    self.reported_missing.extend(missing);
+                    self.reported_missing.extend(answered);
                 }
             }
         }
