@@ -6,8 +6,12 @@ use vxds_envoy::pointer::Pointer;
 
 #[derive(Debug, thiserror::Error)]
 pub enum StoreError {
+    /// The database cannot be reached or is refusing work for now: worth retrying (503).
     #[error("the store is unavailable")]
     Unavailable(#[source] sqlx::Error),
+    /// The database answered with an error that retrying will not fix (500; logged).
+    #[error("the store failed")]
+    Database(#[source] sqlx::Error),
     #[error("migrating the store failed")]
     Migrate(#[source] sqlx::migrate::MigrateError),
     #[error(
@@ -24,7 +28,33 @@ pub enum StoreError {
 
 impl From<sqlx::Error> for StoreError {
     fn from(e: sqlx::Error) -> Self {
-        StoreError::Unavailable(e)
+        if is_connection_class(&e) {
+            StoreError::Unavailable(e)
+        } else {
+            StoreError::Database(e)
+        }
+    }
+}
+
+/// Errors of reaching the database rather than of the statement: the connection, the pool,
+/// Postgres' connection-exception class (08), shutdown and start-up (57P0x), too many
+/// connections (53300); SQLite busy or locked.
+fn is_connection_class(e: &sqlx::Error) -> bool {
+    match e {
+        sqlx::Error::Io(_)
+        | sqlx::Error::Tls(_)
+        | sqlx::Error::Protocol(_)
+        | sqlx::Error::PoolTimedOut
+        | sqlx::Error::PoolClosed
+        | sqlx::Error::WorkerCrashed => true,
+        sqlx::Error::Database(db) => db.code().is_some_and(|code| {
+            code.starts_with("08")
+                || matches!(
+                    &*code,
+                    "57P01" | "57P02" | "57P03" | "53300" | "5" | "6" | "261" | "517"
+                )
+        }),
+        _ => false,
     }
 }
 

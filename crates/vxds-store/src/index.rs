@@ -286,11 +286,45 @@ pub async fn start(store: Store) -> Result<(Index, JoinHandle<()>), StoreError> 
 /// The one writer: waits for the head to pass the index, reads what changed, publishes.
 async fn follow(store: Store, tx: watch::Sender<Arc<Snapshot>>) {
     let mut head = store.watch_head();
+    let mut resets = store.watch_resets();
     loop {
         let current = tx.borrow().clone();
-        if head.wait_for(|h| *h > current.revision).await.is_err() {
-            warn!("the store's head watch closed; the index stops following");
-            return;
+        let reset = tokio::select! {
+            moved = head.wait_for(|h| *h > current.revision) => {
+                if moved.is_err() {
+                    warn!("the store's head watch closed; the index stops following");
+                    return;
+                }
+                false
+            }
+            reset = resets.changed() => {
+                if reset.is_err() {
+                    return;
+                }
+                true
+            }
+        };
+        if reset {
+            // The database went back in time: revision numbers may be reused, so nothing
+            // read before counts. Load it all again.
+            let batch = (|| store.changes_since(0))
+                .retry(retry_policy())
+                .notify(
+                    |e, after| error!(error = %e, ?after, "reloading the index failed; retrying"),
+                )
+                .await;
+            match batch {
+                Ok(batch) => {
+                    let reloaded = Snapshot::default().apply(batch);
+                    warn!(
+                        revision = reloaded.revision,
+                        "index reloaded after the head went backwards"
+                    );
+                    tx.send_replace(Arc::new(reloaded));
+                }
+                Err(e) => error!(error = %e, "giving up on reloading the index"),
+            }
+            continue;
         }
         let batch = (|| store.changes_since(current.revision))
             .retry(retry_policy())

@@ -16,5 +16,5 @@ mod store;
 pub use error::{ApplyError, Conflict, StoreError};
 pub use index::{Index, IndexedResource, IndexedVariant, Snapshot};
 pub use model::*;
-pub use store::{Backend, Store, StoreOptions, migrate_url, redact};
+pub use store::{Backend, Store, StoreMetrics, StoreOptions, migrate_url, redact};
 pub use vxds_envoy::changeset::ResourceKey;

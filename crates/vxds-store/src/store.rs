@@ -4,8 +4,11 @@
 //! revisions gap-free and lets validation that needs stored state run under the lock
 //! ([`write`]). Reads that feed the index see one consistent snapshot ([`read`]). After every
 //! commit the head revision is published on a watch channel; with Postgres, `LISTEN/NOTIFY`
-//! tells every replica too ([`notify`]).
+//! tells every replica too ([`notify`]). A poller reads the head now and then ([`follow`]):
+//! the only way to learn of another process's commits on SQLite, and on Postgres the fallback
+//! when the LISTEN connection went half-open; it also notices a head that went backwards.
 
+mod follow;
 mod notify;
 mod read;
 mod write;
@@ -13,6 +16,9 @@ mod write;
 use std::path::PathBuf;
 use std::sync::{Arc, Mutex};
 use std::time::Duration;
+
+use prometheus_client::metrics::counter::Counter;
+use prometheus_client::registry::Registry;
 
 use sqlx::any::{AnyPoolOptions, install_default_drivers};
 use sqlx::migrate::Migrator;
@@ -50,6 +56,10 @@ pub struct StoreOptions {
     pub migrate: bool,
     pub max_connections: u32,
     pub validation: ValidationConfig,
+    /// How often the head is read to catch commits nobody announced: `None` for the
+    /// backend's default (SQLite 500 ms: other processes' commits; Postgres 10 s: a fallback
+    /// for a LISTEN connection gone half-open).
+    pub head_poll: Option<Duration>,
 }
 
 impl Default for StoreOptions {
@@ -58,7 +68,40 @@ impl Default for StoreOptions {
             migrate: true,
             max_connections: 8,
             validation: ValidationConfig::default(),
+            head_poll: None,
         }
+    }
+}
+
+/// How the store follows the database, for Prometheus.
+#[derive(Clone, Debug, Default)]
+pub struct StoreMetrics {
+    /// Polls that found a revision LISTEN had not announced (Postgres).
+    pub missed_notifications: Counter,
+    /// Times the database head was found below what this process had seen (a restore or a
+    /// failover to a lagging replica); the index is then reloaded.
+    pub head_resets: Counter,
+    /// Reconnections of the LISTEN connection.
+    pub listen_reconnects: Counter,
+}
+
+impl StoreMetrics {
+    pub fn register(&self, registry: &mut Registry) {
+        registry.register(
+            "vxds_store_missed_notifications",
+            "Head polls that found a revision LISTEN had not announced",
+            self.missed_notifications.clone(),
+        );
+        registry.register(
+            "vxds_store_head_resets",
+            "Times the database head went backwards (restore, failover); the index was reloaded",
+            self.head_resets.clone(),
+        );
+        registry.register(
+            "vxds_store_listen_reconnects",
+            "Reconnections of the Postgres LISTEN connection",
+            self.listen_reconnects.clone(),
+        );
     }
 }
 
@@ -74,13 +117,19 @@ struct Inner {
     backend: Backend,
     validation: ValidationConfig,
     head: watch::Sender<u64>,
-    listener: Mutex<Option<JoinHandle<()>>>,
+    /// Counts the times the head went backwards: the index reloads on each.
+    resets: watch::Sender<u64>,
+    /// Writers of this process queue here before they take a connection, so that waiting
+    /// for the head lock never ties up the pool that reads and readiness need.
+    write_queue: tokio::sync::Semaphore,
+    metrics: StoreMetrics,
+    tasks: Mutex<Vec<JoinHandle<()>>>,
 }
 
 impl Drop for Inner {
     fn drop(&mut self) {
-        if let Ok(Some(listener)) = self.listener.get_mut().map(Option::take) {
-            listener.abort();
+        if let Ok(tasks) = self.tasks.get_mut() {
+            tasks.drain(..).for_each(|t| t.abort());
         }
     }
 }
@@ -142,17 +191,55 @@ impl Store {
                 backend,
                 validation: options.validation,
                 head: head_tx,
-                listener: Mutex::new(None),
+                resets: watch::channel(0).0,
+                write_queue: tokio::sync::Semaphore::new(1),
+                metrics: StoreMetrics::default(),
+                tasks: Mutex::new(Vec::new()),
             }),
         };
+        let notified = Arc::new(follow::Notified::new(head));
+        // An in-memory SQLite database has no other writer to learn of.
+        let pollable = !is_sqlite_memory(&url);
+        let mut tasks = Vec::new();
         if backend == Backend::Postgres {
-            let listener =
-                notify::spawn_listener(url, store.inner.pool.clone(), store.inner.head.clone());
-            if let Ok(mut slot) = store.inner.listener.lock() {
-                *slot = Some(listener);
-            }
+            tasks.push(notify::spawn_listener(
+                url,
+                store.inner.pool.clone(),
+                store.inner.head.clone(),
+                notified.clone(),
+                store.inner.metrics.clone(),
+            ));
+        }
+        if pollable {
+            let period = options.head_poll.unwrap_or(match backend {
+                Backend::Sqlite => Duration::from_millis(500),
+                Backend::Postgres => Duration::from_secs(10),
+            });
+            tasks.push(follow::spawn_head_poller(follow::Poller {
+                pool: store.inner.pool.clone(),
+                backend,
+                head: store.inner.head.clone(),
+                resets: store.inner.resets.clone(),
+                notified,
+                metrics: store.inner.metrics.clone(),
+                period,
+            }));
+        }
+        if let Ok(mut slot) = store.inner.tasks.lock() {
+            *slot = tasks;
         }
         Ok(store)
+    }
+
+    /// How this store follows the database, for Prometheus.
+    pub fn metrics(&self) -> &StoreMetrics {
+        &self.inner.metrics
+    }
+
+    /// Ticks each time the database head is found below what this process had seen (a
+    /// restore, a failover to a lagging replica): whatever was read before is void.
+    pub fn watch_resets(&self) -> watch::Receiver<u64> {
+        self.inner.resets.subscribe()
     }
 
     pub fn backend(&self) -> Backend {
@@ -179,10 +266,10 @@ impl Store {
         read_head(&self.inner.pool).await
     }
 
-    /// Stops listening and closes the pool.
+    /// Stops following the database and closes the pool.
     pub async fn close(&self) {
-        if let Ok(Some(listener)) = self.inner.listener.lock().map(|mut l| l.take()) {
-            listener.abort();
+        if let Ok(mut tasks) = self.inner.tasks.lock() {
+            tasks.drain(..).for_each(|t| t.abort());
         }
         self.inner.pool.close().await;
     }

@@ -39,6 +39,11 @@ pub struct ServeArgs {
     /// None allows any.
     #[arg(long = "authority", env = "VXDS_AUTHORITIES", value_delimiter = ',')]
     pub authorities: Vec<String>,
+    /// How often the store's head is read to catch commits nobody announced (other
+    /// processes on SQLite; a half-open LISTEN on Postgres). Default: 500ms on SQLite, 10s on
+    /// Postgres.
+    #[arg(long, env = "VXDS_STORE_HEAD_POLL", value_parser = humantime::parse_duration)]
+    pub store_head_poll: Option<std::time::Duration>,
     /// Database connections in the pool.
     #[arg(long, env = "VXDS_DATABASE_CONNECTIONS", default_value_t = 8)]
     pub database_connections: u32,
@@ -86,6 +91,7 @@ pub async fn run(args: ServeArgs) -> anyhow::Result<ExitCode> {
             authorities: args.authorities.clone(),
             ..Default::default()
         },
+        head_poll: args.store_head_poll,
     };
     let store = Store::connect(&args.database_url, options)
         .await
@@ -102,6 +108,7 @@ pub async fn run(args: ServeArgs) -> anyhow::Result<ExitCode> {
 
     let mut registry = Registry::default();
     let admin_metrics = Arc::new(AdminMetrics::register(&mut registry));
+    store.metrics().register(&mut registry);
     let xds_metrics = Arc::new(vxds_xds::XdsMetrics::register(&mut registry));
     let xds_config = vxds_xds::XdsConfig {
         machine: vxds_xds::MachineConfig {

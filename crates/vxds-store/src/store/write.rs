@@ -73,7 +73,17 @@ impl Store {
             warnings,
         } = checked;
         let changeset = &changeset;
+        // Queue behind this process's other writers before taking a connection.
+        let _turn = self.inner.write_queue.acquire().await.ok();
         let mut tx = self.pool().begin().await.map_err(StoreError::from)?;
+        if self.backend() == Backend::Postgres {
+            // Stated, not assumed from the server's default: the head row lock serialises
+            // writers, and READ COMMITTED never fails a transaction for serialisation.
+            sqlx::query("SET TRANSACTION ISOLATION LEVEL READ COMMITTED")
+                .execute(&mut *tx)
+                .await
+                .map_err(StoreError::from)?;
+        }
         let head = lock_head(&mut tx, self.backend()).await?;
 
         if let Some(expected) = changeset.expected_revision
