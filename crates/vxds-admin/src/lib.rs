@@ -33,6 +33,7 @@ use vxds_store::{Index, Store};
 pub use auth::{Scope, TokenFileError, Tokens};
 pub use metrics::AdminMetrics;
 pub use problem::{ApiError, ProblemBody, ProblemItem};
+pub use query::path_segment;
 
 /// What every handler shares. Cheap to clone.
 #[derive(Clone, Debug)]

@@ -14,6 +14,9 @@ use vxds_testkit::{TestDb, on_both_backends};
 
 const ROUTE: &str = "type.googleapis.com/envoy.config.route.v3.RouteConfiguration";
 const CLUSTER: &str = "type.googleapis.com/envoy.config.cluster.v3.Cluster";
+#[path = "http/hardening.rs"]
+mod hardening;
+
 const WRITE_TOKEN: &str = "write-token-0123456789";
 const READ_TOKEN: &str = "read-token-0123456789";
 
@@ -443,7 +446,13 @@ async fn every_error_status_has_a_problem_document(db: TestDb) {
         .await;
     assert_problem(&unknown_field, 400);
     assert_problem(
-        &api.call(Method::POST, "/v1/changesets", None, &[]).await,
+        &api.call(
+            Method::POST,
+            "/v1/changesets",
+            Some(("application/json", String::new())),
+            &[],
+        )
+        .await,
         400,
     );
     // 404 and 405.
