@@ -136,7 +136,7 @@ impl Tokens {
 }
 
 /// The scope a request needs; `None` for the public endpoints.
-fn required_scope(method: &Method, path: &str) -> Option<Scope> {
+pub(crate) fn required_scope(method: &Method, path: &str) -> Option<Scope> {
     match path {
         "/healthz" | "/readyz" | "/v1/openapi.json" => None,
         // Resolving only reads, whatever its method.

@@ -423,7 +423,7 @@ pub async fn put(
     responses(
         (status = 200, description = "Deleted", body = WriteResult),
         (status = 400, description = "A bad parameter", body = ProblemBody, content_type = "application/problem+json"),
-        (status = 403, description = "A read-only token", body = ProblemBody, content_type = "application/problem+json"),
+        (status = 403, description = "A read-only token, or a page of another origin (`Origin`)", body = ProblemBody, content_type = "application/problem+json"),
         (status = 404, description = "No such resource", body = ProblemBody, content_type = "application/problem+json"),
         (status = 409, description = "`If-Match` did not hold; nothing was written", body = ProblemBody, content_type = "application/problem+json"),
         (status = 422, description = "A rule refused it (e.g. the aggregate graph)", body = ProblemBody, content_type = "application/problem+json"),

@@ -8,7 +8,7 @@ use prometheus_client::registry::Registry;
 use reqwest::{Method, StatusCode};
 use serde_json::{Value, json};
 use tokio::task::JoinHandle;
-use vxds_admin::{AdminMetrics, AdminState, DEFAULT_BODY_LIMIT, Tokens};
+use vxds_admin::{AdminMetrics, AdminState, DEFAULT_BODY_LIMIT, OriginPolicy, Tokens};
 use vxds_store::{Store, index};
 use vxds_testkit::{TestDb, on_both_backends};
 
@@ -34,6 +34,10 @@ impl Drop for Api {
 }
 
 async fn serve(db: &TestDb, tokens: Tokens, body_limit: usize) -> Api {
+    serve_with(db, tokens, body_limit, OriginPolicy::default()).await
+}
+
+async fn serve_with(db: &TestDb, tokens: Tokens, body_limit: usize, origins: OriginPolicy) -> Api {
     let _ = rustls::crypto::ring::default_provider().install_default();
     let store = db.store().await;
     let (index, follower) = index::start(store.clone()).await.unwrap();
@@ -46,7 +50,8 @@ async fn serve(db: &TestDb, tokens: Tokens, body_limit: usize) -> Api {
         metrics,
         Arc::new(registry),
         body_limit,
-    );
+    )
+    .with_origin_policy(origins);
     let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
     let base = format!("http://{}", listener.local_addr().unwrap());
     let app = vxds_admin::router(state);

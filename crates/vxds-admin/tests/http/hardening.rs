@@ -11,6 +11,9 @@ on_both_backends!(
     yaml_aliases_cannot_expand_past_the_body,
     path_parameters_are_decoded_once,
     cli_encoding_round_trips_any_name,
+    a_body_needs_a_json_or_yaml_content_type,
+    host_must_name_this_server,
+    writes_from_other_origins_are_refused,
 );
 
 /// A YAML body whose aliases would expand to billions of values (far past 1 GB) is refused
@@ -177,4 +180,153 @@ async fn cli_encoding_round_trips_any_name(db: TestDb) {
         .map(|r| r["name"].as_str().unwrap().to_owned())
         .collect();
     assert_eq!(names, stored.into_inner());
+}
+
+/// Every route that reads a body refuses one without a JSON or YAML Content-Type (415, naming
+/// the header), and writes nothing.
+async fn a_body_needs_a_json_or_yaml_content_type(db: TestDb) {
+    let api = serve(&db, Tokens::none(), DEFAULT_BODY_LIMIT).await;
+    let put = variants("r", &[("*", "x")]).to_string();
+    let changeset = json!({"operations": [{"op": "put", "type": "route", "name": "r",
+        "variants": [{"resource": route("r", "x")}]}]})
+    .to_string();
+    let resolve = json!({"type": "route", "name": "r"}).to_string();
+    for (method, path, body) in [
+        (Method::PUT, "/v1/resources/route/r", put),
+        (Method::POST, "/v1/changesets", changeset),
+        (Method::POST, "/v1/resolve", resolve),
+    ] {
+        let url = format!("{}{path}", api.base);
+        let response = api
+            .http
+            .request(method.clone(), url)
+            .body(body)
+            .send()
+            .await
+            .unwrap();
+        assert!(response.headers().get("content-type").is_some());
+        let status = response.status();
+        let problem: Value = response.json().await.unwrap();
+        assert_eq!(
+            status,
+            StatusCode::UNSUPPORTED_MEDIA_TYPE,
+            "{method} {path}"
+        );
+        assert_eq!(problem["errors"][0]["header"], "Content-Type");
+        assert!(
+            problem["detail"]
+                .as_str()
+                .unwrap()
+                .contains("no `Content-Type`")
+        );
+    }
+    assert_eq!(api.store.head_revision().await.unwrap(), 0);
+}
+
+/// `Host` must be a loopback name, the listen address or a configured name (DNS rebinding);
+/// the probes answer whatever it is.
+async fn host_must_name_this_server(db: TestDb) {
+    let api = serve_with(
+        &db,
+        Tokens::none(),
+        DEFAULT_BODY_LIMIT,
+        OriginPolicy::new(["vxds.example"], [""; 0]).unwrap(),
+    )
+    .await;
+    let body = variants("r", &[("*", "x")]).to_string();
+    for (method, body) in [(Method::GET, None), (Method::PUT, Some(body.clone()))] {
+        let refused = api
+            .call(
+                method.clone(),
+                "/v1/resources/route/r",
+                body.clone().map(|b| ("application/json", b)),
+                &[("host", "rebound.evil.example:8080")],
+            )
+            .await;
+        assert_problem(&refused, 421);
+        assert_eq!(refused.body["errors"][0]["header"], "Host");
+        assert_eq!(refused.body["errors"][0]["code"], "host_not_allowed");
+    }
+    assert_eq!(api.store.head_revision().await.unwrap(), 0);
+    let healthz = api
+        .call(Method::GET, "/healthz", None, &[("host", "10.9.9.9:8080")])
+        .await;
+    assert_eq!(healthz.status, StatusCode::OK);
+    for host in [
+        "vxds.example",
+        "VXDS.example:8080",
+        "localhost:1234",
+        "[::1]:8080",
+    ] {
+        let reply = api
+            .call(Method::GET, "/v1/resources", None, &[("host", host)])
+            .await;
+        assert_eq!(reply.status, StatusCode::OK, "{host}: {}", reply.text);
+    }
+}
+
+/// A write whose `Origin` is another origin is refused (403, naming `Origin`) with a token or
+/// without; the server's own origin and configured origins may write; reads are not affected.
+async fn writes_from_other_origins_are_refused(db: TestDb) {
+    for tokens in [
+        Tokens::none(),
+        Tokens::parse(&format!("write {WRITE_TOKEN} alice\n")).unwrap(),
+    ] {
+        let with_token = !tokens.is_empty();
+        let api = serve_with(
+            &db,
+            tokens,
+            DEFAULT_BODY_LIMIT,
+            OriginPolicy::new([""; 0], ["https://console.example"]).unwrap(),
+        )
+        .await;
+        let bearer = format!("Bearer {WRITE_TOKEN}");
+        let auth: &[(&str, &str)] = if with_token {
+            &[("authorization", bearer.as_str())]
+        } else {
+            &[]
+        };
+        let head = api.store.head_revision().await.unwrap();
+        let write = |origin: String| {
+            let api = &api;
+            async move {
+                let mut headers = auth.to_vec();
+                headers.push(("origin", origin.as_str()));
+                api.call(
+                    Method::PUT,
+                    "/v1/resources/route/r",
+                    Some(("application/json", variants("r", &[("*", "x")]).to_string())),
+                    &headers,
+                )
+                .await
+            }
+        };
+        for origin in ["http://evil.example", "null", "http://localhost:1"] {
+            let refused = write(origin.to_owned()).await;
+            assert_problem(&refused, 403);
+            assert_eq!(refused.body["errors"][0]["header"], "Origin");
+            assert_eq!(refused.body["errors"][0]["code"], "cross_origin");
+        }
+        assert_eq!(api.store.head_revision().await.unwrap(), head);
+        let mut read_headers = auth.to_vec();
+        read_headers.push(("origin", "http://evil.example"));
+        let read = api
+            .call(Method::GET, "/v1/resources", None, &read_headers)
+            .await;
+        assert_eq!(read.status, StatusCode::OK, "{}", read.text);
+        let allowed = write("https://console.example".to_owned()).await;
+        assert_eq!(allowed.status, StatusCode::CREATED, "{}", allowed.text);
+        // The server's own origin: the page came from the authority the request names.
+        assert_eq!(write(api.base.clone()).await.status, StatusCode::OK);
+        api.store
+            .apply(
+                serde_json::from_value(
+                    json!({"operations": [{"op": "delete", "type": "route", "name": "r"}]}),
+                )
+                .unwrap(),
+                None,
+            )
+            .await
+            .unwrap();
+    }
 }
