@@ -10,6 +10,7 @@ pub mod auth;
 mod body;
 mod changesets;
 mod clients;
+mod conditional;
 mod health;
 pub mod metrics;
 pub mod origin;

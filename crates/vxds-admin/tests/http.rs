@@ -462,11 +462,14 @@ async fn every_error_status_has_a_problem_document(db: TestDb) {
     );
     // 404 and 405.
     assert_problem(&api.get("/v1/nothing-here").await, 404);
-    assert_problem(
-        &api.call(Method::PATCH, "/v1/resources/route/x", None, &[])
-            .await,
-        405,
-    );
+    let patch = api
+        .call(Method::PATCH, "/v1/resources/route/x", None, &[])
+        .await;
+    assert_problem(&patch, 405);
+    assert_eq!(patch.headers["allow"], "DELETE, GET, HEAD, PUT");
+    let put_list = api.call(Method::PUT, "/v1/resources", None, &[]).await;
+    assert_problem(&put_list, 405);
+    assert_eq!(put_list.headers["allow"], "GET, HEAD");
     // 409: a stale expected revision.
     let stale = api
         .send_json(
@@ -552,7 +555,7 @@ async fn if_match_guards_writes(db: TestDb) {
             &[("if-match", "*")],
         )
         .await;
-    assert_problem(&absent, 409);
+    assert_problem(&absent, 412);
     let created = api
         .send_json(Method::PUT, "/v1/resources/route/web", body)
         .await;
@@ -566,7 +569,7 @@ async fn if_match_guards_writes(db: TestDb) {
             &[("if-match", "\"0000000000000000\"")],
         )
         .await;
-    assert_problem(&stale, 409);
+    assert_problem(&stale, 412);
     let ok = api
         .call(
             Method::PUT,
@@ -584,7 +587,7 @@ async fn if_match_guards_writes(db: TestDb) {
             &[("if-match", &etag)],
         )
         .await,
-        409,
+        412,
     );
     let new_etag = ok.headers["etag"].to_str().unwrap().to_owned();
     assert_eq!(

@@ -14,6 +14,10 @@ on_both_backends!(
     a_body_needs_a_json_or_yaml_content_type,
     host_must_name_this_server,
     writes_from_other_origins_are_refused,
+    if_none_match_star_creates_only,
+    must_not_exist_in_changesets,
+    conditions_follow_rfc_9110,
+    bearer_scheme_is_case_insensitive,
 );
 
 /// A YAML body whose aliases would expand to billions of values (far past 1 GB) is refused
@@ -329,4 +333,232 @@ async fn writes_from_other_origins_are_refused(db: TestDb) {
             .await
             .unwrap();
     }
+}
+
+fn put_body(text: &str) -> Option<(&'static str, String)> {
+    Some((
+        "application/json",
+        variants("web", &[("*", text)]).to_string(),
+    ))
+}
+
+/// `If-None-Match: *` creates or refuses with 412, checked under the store's write lock: of
+/// concurrent create-only PUTs exactly one wins, and the others change nothing.
+async fn if_none_match_star_creates_only(db: TestDb) {
+    let api = serve(&db, Tokens::none(), DEFAULT_BODY_LIMIT).await;
+    let path = "/v1/resources/route/web";
+    let racers = (0..6).map(|i| {
+        let api = &api;
+        async move {
+            api.call(
+                Method::PUT,
+                path,
+                put_body(&format!("racer {i}")),
+                &[("if-none-match", "*")],
+            )
+            .await
+        }
+    });
+    // All in flight together: each is a separate request to the server.
+    let replies = futures::future::join_all(racers).await;
+    let created: Vec<&Reply> = replies
+        .iter()
+        .filter(|r| r.status == StatusCode::CREATED)
+        .collect();
+    assert_eq!(
+        created.len(),
+        1,
+        "{:?}",
+        replies.iter().map(|r| &r.text).collect::<Vec<_>>()
+    );
+    for refused in replies.iter().filter(|r| r.status != StatusCode::CREATED) {
+        assert_problem(refused, 412);
+        assert_eq!(refused.body["errors"][0]["header"], "If-None-Match");
+        assert_eq!(refused.body["errors"][0]["code"], "precondition_failed");
+    }
+    let winner = created[0].body["resource"]["variants"][0]["resource"].clone();
+    assert_eq!(api.get(path).await.body["variants"][0]["resource"], winner);
+    assert_eq!(api.store.head_revision().await.unwrap(), 1);
+    // Entity-tags in `If-None-Match` mean nothing to a write: refused, not ignored.
+    let tagged = api
+        .call(
+            Method::PUT,
+            path,
+            put_body("x"),
+            &[("if-none-match", "\"abc\"")],
+        )
+        .await;
+    assert_problem(&tagged, 400);
+    assert_eq!(tagged.body["errors"][0]["header"], "If-None-Match");
+}
+
+/// The changeset form of create-only: `must_not_exist` (409 at its pointer when the resource
+/// exists), and not together with `expected_version` (422).
+async fn must_not_exist_in_changesets(db: TestDb) {
+    let api = serve(&db, Tokens::none(), DEFAULT_BODY_LIMIT).await;
+    let op = |extra: Value| {
+        let mut op = json!({"op": "put", "type": "route", "name": "web",
+            "variants": [{"resource": route("web", "x")}]});
+        op.as_object_mut()
+            .unwrap()
+            .extend(extra.as_object().unwrap().clone());
+        json!({"operations": [op]})
+    };
+    let first = api
+        .send_json(
+            Method::POST,
+            "/v1/changesets",
+            op(json!({"must_not_exist": true})),
+        )
+        .await;
+    assert_eq!(first.status, StatusCode::OK, "{}", first.text);
+    let again = api
+        .send_json(
+            Method::POST,
+            "/v1/changesets",
+            op(json!({"must_not_exist": true})),
+        )
+        .await;
+    assert_problem(&again, 409);
+    assert_eq!(
+        problem_codes(&again),
+        vec![(
+            "/operations/0/must_not_exist".to_owned(),
+            "conflict".to_owned()
+        )]
+    );
+    let both = api
+        .send_json(
+            Method::POST,
+            "/v1/changesets",
+            op(json!({"must_not_exist": true, "expected_version": "abc"})),
+        )
+        .await;
+    assert_problem(&both, 422);
+    assert_eq!(
+        problem_codes(&both),
+        vec![(
+            "/operations/0/must_not_exist".to_owned(),
+            "contradictory_preconditions".to_owned()
+        )]
+    );
+    // A list of expected versions: any will do.
+    let version = api.get("/v1/resources/route/web").await.body["version"].clone();
+    let listed = api
+        .send_json(
+            Method::POST,
+            "/v1/changesets",
+            json!({"operations": [{"op": "put", "type": "route", "name": "web",
+                "expected_version": ["0000", version],
+                "variants": [{"resource": route("web", "y")}]}]}),
+        )
+        .await;
+    assert_eq!(listed.status, StatusCode::OK, "{}", listed.text);
+    assert_eq!(api.store.head_revision().await.unwrap(), 2);
+}
+
+/// RFC 9110: a failed `If-Match` is 412; every tag of the list counts; weak tags never match;
+/// a non-ASCII or malformed value is a 400 naming the header; `If-Match: *` needs the resource.
+async fn conditions_follow_rfc_9110(db: TestDb) {
+    let api = serve(&db, Tokens::none(), DEFAULT_BODY_LIMIT).await;
+    let path = "/v1/resources/route/web";
+    let absent = api
+        .call(Method::PUT, path, put_body("one"), &[("if-match", "*")])
+        .await;
+    assert_problem(&absent, 412);
+    assert_eq!(absent.body["errors"][0]["header"], "If-Match");
+    let created = api.call(Method::PUT, path, put_body("one"), &[]).await;
+    let etag = created.headers["etag"].to_str().unwrap().to_owned();
+    let stale = "\"0000000000000000\"";
+    // The matching tag is second in the list, and in a second field line.
+    let listed = format!("{stale}, W/{etag}");
+    let reply = api
+        .call(
+            Method::PUT,
+            path,
+            put_body("two"),
+            &[("if-match", &listed), ("if-match", &etag)],
+        )
+        .await;
+    assert_eq!(reply.status, StatusCode::OK, "{}", reply.text);
+    let etag = reply.headers["etag"].to_str().unwrap().to_owned();
+    // Weak tags never match If-Match, even the current version.
+    let weak = format!("W/{etag}");
+    let refused = api
+        .call(Method::PUT, path, put_body("three"), &[("if-match", &weak)])
+        .await;
+    assert_problem(&refused, 412);
+    let stale_reply = api
+        .call(Method::DELETE, path, None, &[("if-match", stale)])
+        .await;
+    assert_problem(&stale_reply, 412);
+    assert_eq!(stale_reply.body["errors"][0]["code"], "precondition_failed");
+    for bad in ["abc", "\"unterminated", "\"a\" \"b\""] {
+        let reply = api
+            .call(Method::PUT, path, put_body("four"), &[("if-match", bad)])
+            .await;
+        assert_problem(&reply, 400);
+        assert_eq!(reply.body["errors"][0]["header"], "If-Match", "{bad}");
+    }
+    // Not ASCII: sent as raw bytes.
+    let url = format!("{}{path}", api.base);
+    let response = api
+        .http
+        .put(url)
+        .header("content-type", "application/json")
+        .header(
+            "if-match",
+            reqwest::header::HeaderValue::from_bytes(b"\"caf\xc3\xa9\"").unwrap(),
+        )
+        .body(variants("web", &[("*", "five")]).to_string())
+        .send()
+        .await
+        .unwrap();
+    assert_eq!(response.status(), StatusCode::BAD_REQUEST);
+    let problem: Value = response.json().await.unwrap();
+    assert_eq!(problem["errors"][0]["header"], "If-Match");
+    assert_eq!(problem["errors"][0]["code"], "invalid_header");
+    // Nothing refused was written; `If-Match: *` on an existing resource passes.
+    assert_eq!(api.store.head_revision().await.unwrap(), 2);
+    let star = api
+        .call(Method::DELETE, path, None, &[("if-match", "*")])
+        .await;
+    assert_eq!(star.status, StatusCode::OK, "{}", star.text);
+    // A weak If-None-Match matches on GET (weak comparison).
+    let put = api.call(Method::PUT, path, put_body("six"), &[]).await;
+    let etag = put.headers["etag"].to_str().unwrap().to_owned();
+    let weak = format!("W/{etag}");
+    let cached = api
+        .call(Method::GET, path, None, &[("if-none-match", &weak)])
+        .await;
+    assert_eq!(cached.status, StatusCode::NOT_MODIFIED);
+}
+
+/// `Authorization: BEARER <token>` is the same scheme as `Bearer`.
+async fn bearer_scheme_is_case_insensitive(db: TestDb) {
+    let tokens = Tokens::parse(&format!("read {READ_TOKEN}\n")).unwrap();
+    let api = serve(&db, tokens, DEFAULT_BODY_LIMIT).await;
+    for scheme in ["Bearer", "bearer", "BEARER", "bEaReR"] {
+        let value = format!("{scheme} {READ_TOKEN}");
+        let reply = api
+            .call(
+                Method::GET,
+                "/v1/resources",
+                None,
+                &[("authorization", &value)],
+            )
+            .await;
+        assert_eq!(reply.status, StatusCode::OK, "{scheme}: {}", reply.text);
+    }
+    let basic = format!("Basic {READ_TOKEN}");
+    assert_problem(
+        &api.call(
+            Method::GET,
+            "/v1/resources",
+            None,
+            &[("authorization", &basic)],
+        )
+        .await,
+        401,
+    );
 }
