@@ -3,7 +3,7 @@
 
 use proptest::prelude::*;
 use proptest::test_runner::{Config, TestCaseError, TestRunner};
-use vxds_admin::path_segment;
+use vxds_admin::{OriginPolicy, path_segment};
 
 use super::*;
 
