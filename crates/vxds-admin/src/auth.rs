@@ -1,7 +1,9 @@
 //! Bearer tokens: reads need a `read` or `write` token, writes a `write` token.
 //!
 //! The token file has one token per line: `<scope> <token> [<name>]` (or `<token> <scope>`),
-//! where scope is `read` or `write`; blank lines and `#` comments are ignored. The name, if
+//! where scope is `read` or `write`; blank lines and lines starting with `#` are ignored. A `#`
+//! anywhere else is part of a word (a token may hold one): a comment after the fields is
+//! refused, not silently cut off. The name, if
 //! given, is recorded as the author of the revisions the token writes. Without tokens, every
 //! request is allowed; `vxds serve` only allows that on a loopback address.
 
@@ -76,8 +78,8 @@ impl Tokens {
         let mut tokens = Vec::new();
         for (i, line) in text.lines().enumerate() {
             let line_no = i + 1;
-            let line = line.split('#').next().unwrap_or_default().trim();
-            if line.is_empty() {
+            let line = line.trim();
+            if line.is_empty() || line.starts_with('#') {
                 continue;
             }
             let words: Vec<&str> = line.split_whitespace().collect();
@@ -87,16 +89,29 @@ impl Tokens {
                 _ => None,
             };
             let (scope, secret, name) = match words.as_slice() {
-                [first, secret, rest @ ..] if scope_of(first).is_some() && rest.len() <= 1 => (
-                    scope_of(first),
-                    *secret,
-                    rest.first().map(|n| (*n).to_owned()),
-                ),
+                [first, secret, rest @ ..]
+                    if scope_of(first).is_some()
+                        && rest.len() <= 1
+                        && rest.iter().all(|n| !n.starts_with('#')) =>
+                {
+                    (
+                        scope_of(first),
+                        *secret,
+                        rest.first().map(|n| (*n).to_owned()),
+                    )
+                }
                 [secret, last] if scope_of(last).is_some() => (scope_of(last), *secret, None),
                 _ => {
+                    let hint = if words.iter().skip(1).any(|w| w.starts_with('#')) {
+                        "; a `#` comment must be on a line of its own"
+                    } else {
+                        ""
+                    };
                     return Err(TokenFileError::Line {
                         line: line_no,
-                        message: "expected `read <token> [name]` or `write <token> [name]`".into(),
+                        message: format!(
+                            "expected `read <token> [name]` or `write <token> [name]`{hint}"
+                        ),
                     });
                 }
             };
@@ -136,7 +151,7 @@ impl Tokens {
 }
 
 /// The scope a request needs; `None` for the public endpoints.
-fn required_scope(method: &Method, path: &str) -> Option<Scope> {
+pub(crate) fn required_scope(method: &Method, path: &str) -> Option<Scope> {
     match path {
         "/healthz" | "/readyz" | "/v1/openapi.json" => None,
         // Resolving only reads, whatever its method.
@@ -144,6 +159,13 @@ fn required_scope(method: &Method, path: &str) -> Option<Scope> {
         _ if method == Method::GET || method == Method::HEAD => Some(Scope::Read),
         _ => Some(Scope::Write),
     }
+}
+
+/// The token of `Bearer <token>`; the scheme is case-insensitive (RFC 9110 §11.1).
+fn bearer_token(value: &str) -> Option<&str> {
+    let (scheme, token) = value.trim().split_once([' ', '\t'])?;
+    let token = token.trim();
+    (scheme.eq_ignore_ascii_case("bearer") && !token.is_empty()).then_some(token)
 }
 
 /// The middleware: checks the bearer token against the scope the route needs.
@@ -163,11 +185,7 @@ pub async fn authorize(
         .headers()
         .get(header::AUTHORIZATION)
         .and_then(|v| v.to_str().ok())
-        .and_then(|v| {
-            v.strip_prefix("Bearer ")
-                .or_else(|| v.strip_prefix("bearer "))
-        })
-        .map(str::trim);
+        .and_then(bearer_token);
     let Some(presented) = presented else {
         return ApiError::Unauthorized(
             "this endpoint needs `Authorization: Bearer <token>`".into(),
@@ -193,10 +211,23 @@ mod tests {
     #[test]
     fn parses_token_files() {
         let tokens = Tokens::parse(
-            "# operators\nwrite 0123456789abcdef-write alice\n\nread 0123456789abcdef-read\n0123456789abcdef-other read # ci\n",
+            "# operators\nwrite 0123456789abcdef-write alice\n\nread 0123456789abcdef-read\n0123456789abcdef-other read\n  # indented comment\nwrite 0123456789#abcdef-hash\n",
         )
         .unwrap();
-        assert_eq!(tokens.len(), 3);
+        assert_eq!(tokens.len(), 4);
+        // `#` inside a token is part of it, not a comment that cuts it short.
+        assert_eq!(
+            tokens.find("0123456789#abcdef-hash").unwrap().scope,
+            Scope::Write
+        );
+        assert!(tokens.find("0123456789").is_none());
+        for trailing in [
+            "read 0123456789abcdef-read # ci",
+            "read 0123456789abcdef-read #ci",
+        ] {
+            let err = Tokens::parse(trailing).unwrap_err().to_string();
+            assert!(err.contains("line of its own"), "{err}");
+        }
         let writer = tokens.find("0123456789abcdef-write").unwrap();
         assert_eq!(
             (writer.scope, writer.name.as_deref()),
@@ -220,6 +251,16 @@ mod tests {
                 .contains("16 characters")
         );
         assert!(Tokens::parse("").unwrap().is_empty());
+    }
+
+    #[test]
+    fn bearer_scheme_is_case_insensitive() {
+        assert_eq!(bearer_token("Bearer abc"), Some("abc"));
+        assert_eq!(bearer_token("BEARER  abc "), Some("abc"));
+        assert_eq!(bearer_token("bEaReR\tabc"), Some("abc"));
+        assert_eq!(bearer_token("Basic abc"), None);
+        assert_eq!(bearer_token("Bearer"), None);
+        assert_eq!(bearer_token("Bearer "), None);
     }
 
     #[test]

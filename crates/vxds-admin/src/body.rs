@@ -1,5 +1,8 @@
-//! Request bodies: JSON, or YAML with `Content-Type: application/yaml`, within a size limit,
-//! turned into typed values with a JSON pointer for whatever does not fit.
+//! Request bodies: JSON (`Content-Type: application/json`) or YAML (`application/yaml`),
+//! within a size limit, turned into typed values with a JSON pointer for whatever does not fit.
+//! A body without a Content-Type is refused (415) rather than guessed at.
+
+mod yaml;
 
 use axum::extract::{FromRequest, Request};
 use axum::http::header;
@@ -22,7 +25,10 @@ enum Format {
 
 fn format_of(content_type: Option<&str>) -> Result<Format, ApiError> {
     let Some(content_type) = content_type else {
-        return Ok(Format::Json);
+        return Err(ApiError::UnsupportedMediaType(
+            "the request has no `Content-Type` header; send application/json or application/yaml"
+                .into(),
+        ));
     };
     let essence = content_type
         .split(';')
@@ -44,10 +50,15 @@ impl<T: DeserializeOwned> FromRequest<AdminState> for Payload<T> {
     type Rejection = ApiError;
 
     async fn from_request(request: Request, state: &AdminState) -> Result<Self, Self::Rejection> {
-        let content_type = request
-            .headers()
-            .get(header::CONTENT_TYPE)
-            .and_then(|v| v.to_str().ok());
+        let content_type = match request.headers().get(header::CONTENT_TYPE) {
+            None => None,
+            Some(v) => Some(v.to_str().map_err(|_| {
+                ApiError::UnsupportedMediaType(
+                    "the `Content-Type` header is not ASCII; send application/json or application/yaml"
+                        .into(),
+                )
+            })?),
+        };
         let format = format_of(content_type)?;
         let limit = state.body_limit;
         let declared = request
@@ -81,9 +92,9 @@ impl<T: DeserializeOwned> FromRequest<AdminState> for Payload<T> {
                 detail: format!("the body is not valid JSON: {e}"),
                 errors: vec![ProblemItem::new("", "invalid_json", e.to_string())],
             })?,
-            Format::Yaml => serde_norway::from_slice(&bytes).map_err(|e| ApiError::BadRequest {
-                detail: format!("the body is not valid YAML: {e}"),
-                errors: vec![ProblemItem::new("", "invalid_yaml", e.to_string())],
+            Format::Yaml => yaml::to_value(&bytes).map_err(|e| ApiError::BadRequest {
+                detail: e.to_string(),
+                errors: vec![ProblemItem::new("", e.code(), e.to_string())],
             })?,
         };
         parse_value(value).map(Payload)
@@ -119,7 +130,10 @@ mod tests {
 
     #[test]
     fn content_types() {
-        assert_eq!(format_of(None).unwrap(), Format::Json);
+        assert!(matches!(
+            format_of(None),
+            Err(ApiError::UnsupportedMediaType(_))
+        ));
         assert_eq!(
             format_of(Some("application/json; charset=utf-8")).unwrap(),
             Format::Json

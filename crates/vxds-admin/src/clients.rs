@@ -25,6 +25,7 @@ pub struct ClientList {
     responses(
         (status = 200, description = "Connected streams, by stream id", body = ClientList),
         (status = 401, description = "No valid token", body = ProblemBody, content_type = "application/problem+json"),
+        (status = 421, description = "`Host` is not a name this server answers to (`--admin-allowed-hosts`)", body = ProblemBody, content_type = "application/problem+json"),
     ),
     security(("bearer" = []), ())
 )]

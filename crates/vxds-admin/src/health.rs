@@ -62,6 +62,7 @@ pub async fn readyz(State(state): State<AdminState>) -> Result<Json<Readiness>, 
     responses(
         (status = 200, description = "Metrics", body = String, content_type = "text/plain"),
         (status = 401, description = "No valid token", body = ProblemBody, content_type = "application/problem+json"),
+        (status = 421, description = "`Host` is not a name this server answers to (`--admin-allowed-hosts`)", body = ProblemBody, content_type = "application/problem+json"),
     ),
     security(("bearer" = []), ())
 )]

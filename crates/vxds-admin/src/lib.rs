@@ -10,8 +10,10 @@ pub mod auth;
 mod body;
 mod changesets;
 mod clients;
+mod conditional;
 mod health;
 pub mod metrics;
+pub mod origin;
 pub mod problem;
 mod query;
 mod repr;
@@ -32,7 +34,9 @@ use vxds_store::{Index, Store};
 
 pub use auth::{Scope, TokenFileError, Tokens};
 pub use metrics::AdminMetrics;
+pub use origin::{OriginConfigError, OriginPolicy};
 pub use problem::{ApiError, ProblemBody, ProblemItem};
+pub use query::path_segment;
 
 /// What every handler shares. Cheap to clone.
 #[derive(Clone, Debug)]
@@ -47,6 +51,8 @@ pub struct AdminState {
     pub body_limit: usize,
     /// The xDS server's streams, when one runs in this process.
     pub clients: Option<Arc<vxds_xds::Registry>>,
+    /// The `Host` names and `Origin`s requests may come with.
+    pub origins: Arc<OriginPolicy>,
     openapi_json: Arc<serde_json::Value>,
 }
 
@@ -71,8 +77,41 @@ impl AdminState {
             registry,
             body_limit,
             clients: None,
+            origins: Arc::new(OriginPolicy::default()),
             openapi_json: Arc::new(openapi_json),
         }
+    }
+
+    /// Answers to these hosts and origins instead of loopback names only.
+    pub fn with_origin_policy(mut self, policy: OriginPolicy) -> Self {
+        self.origins = Arc::new(policy);
+        self
+    }
+
+    /// The methods `path` allows, for `Allow`: from the OpenAPI document, which is generated
+    /// from the routes (with HEAD wherever GET is, as axum answers it).
+    fn allowed_methods(&self, path: &str) -> String {
+        let segments: Vec<&str> = path.split('/').collect();
+        let matches = |template: &str| {
+            let parts: Vec<&str> = template.split('/').collect();
+            parts.len() == segments.len()
+                && parts.iter().zip(&segments).all(|(t, s)| {
+                    (t.starts_with('{') && t.ends_with('}') && !s.is_empty()) || t == s
+                })
+        };
+        let mut methods = Vec::new();
+        for (template, item) in self.openapi_json["paths"].as_object().into_iter().flatten() {
+            if !matches(template) {
+                continue;
+            }
+            for method in item.as_object().into_iter().flatten().map(|(m, _)| m) {
+                methods.push(method.to_ascii_uppercase());
+                if method == "get" {
+                    methods.push("HEAD".to_owned());
+                }
+            }
+        }
+        methods.join(", ")
     }
 
     /// Shows the streams of the xDS server in `/v1/clients`.
@@ -155,11 +194,21 @@ pub fn openapi_yaml() -> String {
 pub fn router(state: AdminState) -> Router {
     let (api, _) = api_router().split_for_parts();
     api.fallback(|| async { ApiError::NotFound("there is nothing at this path".into()) })
-        .method_not_allowed_fallback(|| async { ApiError::MethodNotAllowed })
+        .method_not_allowed_fallback(
+            |axum::extract::State(state): axum::extract::State<AdminState>,
+             uri: axum::http::Uri| async move {
+                ApiError::MethodNotAllowed {
+                    allow: state.allowed_methods(uri.path()),
+                }
+            },
+        )
         .layer(middleware::from_fn_with_state(
             state.clone(),
             auth::authorize,
         ))
+        // Before the token check: a misdirected or cross-origin request is refused whatever
+        // it carries.
+        .layer(middleware::from_fn_with_state(state.clone(), origin::check))
         .layer(middleware::from_fn_with_state(
             state.clone(),
             metrics::track,

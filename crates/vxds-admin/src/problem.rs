@@ -45,6 +45,12 @@ pub enum ReadProblems {
     )]
     Unauthorized(ProblemBody),
     #[response(
+        status = 421,
+        description = "`Host` is not a name this server answers to (`--admin-allowed-hosts`)",
+        content_type = "application/problem+json"
+    )]
+    Misdirected(ProblemBody),
+    #[response(
         status = 503,
         description = "The store is unavailable",
         content_type = "application/problem+json"
@@ -73,7 +79,7 @@ pub enum WriteProblems {
     Unauthorized(ProblemBody),
     #[response(
         status = 403,
-        description = "A read-only token",
+        description = "A read-only token, or a page of another origin (`Origin`)",
         content_type = "application/problem+json"
     )]
     Forbidden(ProblemBody),
@@ -85,10 +91,16 @@ pub enum WriteProblems {
     TooLarge(ProblemBody),
     #[response(
         status = 415,
-        description = "Neither JSON nor YAML",
+        description = "No `Content-Type`, or neither JSON nor YAML",
         content_type = "application/problem+json"
     )]
     UnsupportedMediaType(ProblemBody),
+    #[response(
+        status = 421,
+        description = "`Host` is not a name this server answers to (`--admin-allowed-hosts`)",
+        content_type = "application/problem+json"
+    )]
+    Misdirected(ProblemBody),
     #[response(
         status = 503,
         description = "The store is unavailable",
@@ -106,6 +118,9 @@ pub struct ProblemItem {
     /// The path or query parameter at fault, if it is one.
     #[serde(skip_serializing_if = "Option::is_none")]
     pub parameter: Option<String>,
+    /// The request header at fault, if it is one (`If-Match`, `Host`, ...).
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub header: Option<String>,
     /// A stable, machine-readable code, e.g. `overlapping_variants`.
     pub code: String,
     pub message: String,
@@ -127,6 +142,7 @@ impl ProblemItem {
         Self {
             pointer: pointer.into(),
             parameter: None,
+            header: None,
             code: code.into(),
             message: message.into(),
             operation: None,
@@ -139,6 +155,14 @@ impl ProblemItem {
     pub fn parameter(name: &str, code: impl Into<String>, message: impl Into<String>) -> Self {
         Self {
             parameter: Some(name.to_owned()),
+            ..Self::new("", code, message)
+        }
+    }
+
+    /// A problem with a request header.
+    pub fn header(name: &str, code: impl Into<String>, message: impl Into<String>) -> Self {
+        Self {
+            header: Some(name.to_owned()),
             ..Self::new("", code, message)
         }
     }
@@ -161,6 +185,7 @@ impl ProblemItem {
         Self {
             pointer,
             parameter,
+            header: None,
             code: problem.code,
             message: problem.message,
             operation: if strip.is_some() {
@@ -181,14 +206,32 @@ pub enum ApiError {
         detail: String,
         errors: Vec<ProblemItem>,
     },
+    /// A request header that is malformed: 400 naming it.
+    BadHeader {
+        header: &'static str,
+        code: &'static str,
+        message: String,
+    },
     Unauthorized(String),
     Forbidden(String),
+    /// A write from another origin: 403 naming `Origin`.
+    CrossOrigin(String),
     NotFound(String),
-    MethodNotAllowed,
+    /// 405, with the methods the path allows for `Allow`.
+    MethodNotAllowed {
+        allow: String,
+    },
     Conflict {
         detail: String,
         errors: Vec<ProblemItem>,
     },
+    /// A failed `If-Match` or `If-None-Match`: 412.
+    PreconditionFailed {
+        detail: String,
+        errors: Vec<ProblemItem>,
+    },
+    /// A `Host` this server does not answer to: 421 naming `Host`.
+    MisdirectedHost(String),
     PayloadTooLarge {
         limit: usize,
     },
@@ -208,6 +251,18 @@ impl ApiError {
         ApiError::BadRequest {
             detail: format!("parameter `{name}`: {message}"),
             errors: vec![ProblemItem::parameter(name, code, message)],
+        }
+    }
+
+    pub fn bad_header(
+        header: &'static str,
+        code: &'static str,
+        message: impl Into<String>,
+    ) -> Self {
+        ApiError::BadHeader {
+            header,
+            code,
+            message: message.into(),
         }
     }
 
@@ -259,10 +314,13 @@ impl ApiError {
         match self {
             ApiError::BadRequest { .. } => StatusCode::BAD_REQUEST,
             ApiError::Unauthorized(_) => StatusCode::UNAUTHORIZED,
-            ApiError::Forbidden(_) => StatusCode::FORBIDDEN,
+            ApiError::BadHeader { .. } => StatusCode::BAD_REQUEST,
+            ApiError::Forbidden(_) | ApiError::CrossOrigin(_) => StatusCode::FORBIDDEN,
             ApiError::NotFound(_) => StatusCode::NOT_FOUND,
-            ApiError::MethodNotAllowed => StatusCode::METHOD_NOT_ALLOWED,
+            ApiError::MethodNotAllowed { .. } => StatusCode::METHOD_NOT_ALLOWED,
             ApiError::Conflict { .. } => StatusCode::CONFLICT,
+            ApiError::PreconditionFailed { .. } => StatusCode::PRECONDITION_FAILED,
+            ApiError::MisdirectedHost(_) => StatusCode::MISDIRECTED_REQUEST,
             ApiError::PayloadTooLarge { .. } => StatusCode::PAYLOAD_TOO_LARGE,
             ApiError::UnsupportedMediaType(_) => StatusCode::UNSUPPORTED_MEDIA_TYPE,
             ApiError::Invalid { .. } => StatusCode::UNPROCESSABLE_ENTITY,
@@ -275,10 +333,14 @@ impl ApiError {
         match self {
             ApiError::BadRequest { .. } => "bad-request",
             ApiError::Unauthorized(_) => "unauthorized",
+            ApiError::BadHeader { .. } => "bad-header",
             ApiError::Forbidden(_) => "forbidden",
+            ApiError::CrossOrigin(_) => "cross-origin",
             ApiError::NotFound(_) => "not-found",
-            ApiError::MethodNotAllowed => "method-not-allowed",
+            ApiError::MethodNotAllowed { .. } => "method-not-allowed",
             ApiError::Conflict { .. } => "conflict",
+            ApiError::PreconditionFailed { .. } => "precondition-failed",
+            ApiError::MisdirectedHost(_) => "misdirected-host",
             ApiError::PayloadTooLarge { .. } => "payload-too-large",
             ApiError::UnsupportedMediaType(_) => "unsupported-media-type",
             ApiError::Invalid { .. } => "validation-failed",
@@ -292,8 +354,30 @@ impl ApiError {
         let problem_type = format!("urn:vxds:problem:{}", self.kind());
         let title = status.canonical_reason().unwrap_or("Error").to_owned();
         let (detail, errors, warnings) = match self {
-            ApiError::BadRequest { detail, errors } | ApiError::Conflict { detail, errors } => {
-                (detail, errors, vec![])
+            ApiError::BadRequest { detail, errors }
+            | ApiError::Conflict { detail, errors }
+            | ApiError::PreconditionFailed { detail, errors } => (detail, errors, vec![]),
+            ApiError::BadHeader {
+                header,
+                code,
+                message,
+            } => (
+                format!("header `{header}`: {message}"),
+                vec![ProblemItem::header(header, code, message)],
+                vec![],
+            ),
+            ApiError::CrossOrigin(detail) => {
+                let item = ProblemItem::header("Origin", "cross_origin", detail.clone());
+                (detail, vec![item], vec![])
+            }
+            ApiError::MisdirectedHost(detail) => {
+                let item = ProblemItem::header("Host", "host_not_allowed", detail.clone());
+                (detail, vec![item], vec![])
+            }
+            ApiError::UnsupportedMediaType(detail) => {
+                let item =
+                    ProblemItem::header("Content-Type", "unsupported_media_type", detail.clone());
+                (detail, vec![item], vec![])
             }
             ApiError::Invalid {
                 detail,
@@ -302,10 +386,9 @@ impl ApiError {
             } => (detail, errors, warnings),
             ApiError::Unauthorized(detail)
             | ApiError::Forbidden(detail)
-            | ApiError::NotFound(detail)
-            | ApiError::UnsupportedMediaType(detail) => (detail, vec![], vec![]),
-            ApiError::MethodNotAllowed => (
-                "this method is not allowed on this path".into(),
+            | ApiError::NotFound(detail) => (detail, vec![], vec![]),
+            ApiError::MethodNotAllowed { allow } => (
+                format!("this method is not allowed on this path; it allows {allow}"),
                 vec![],
                 vec![],
             ),
@@ -336,10 +419,17 @@ impl IntoResponse for ApiError {
     fn into_response(self) -> Response {
         let status = self.status();
         let unauthorized = matches!(self, ApiError::Unauthorized(_));
+        let allow = match &self {
+            ApiError::MethodNotAllowed { allow } => HeaderValue::from_str(allow).ok(),
+            _ => None,
+        };
         let mut response = (status, axum::Json(self.body())).into_response();
         response
             .headers_mut()
             .insert(header::CONTENT_TYPE, HeaderValue::from_static(PROBLEM_JSON));
+        if let Some(allow) = allow {
+            response.headers_mut().insert(header::ALLOW, allow);
+        }
         if unauthorized {
             response.headers_mut().insert(
                 header::WWW_AUTHENTICATE,

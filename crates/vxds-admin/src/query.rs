@@ -3,8 +3,10 @@
 
 use std::collections::HashMap;
 
+use axum::extract::rejection::RawPathParamsRejection;
 use axum::extract::{FromRequestParts, RawPathParams};
 use axum::http::request::Parts;
+use percent_encoding::{AsciiSet, NON_ALPHANUMERIC, utf8_percent_encode};
 use serde::de::DeserializeOwned;
 
 use crate::AdminState;
@@ -31,7 +33,21 @@ impl<T: DeserializeOwned> FromRequestParts<AdminState> for Query<T> {
     }
 }
 
-/// Path parameters, percent-decoded.
+/// Unreserved characters (RFC 3986) stay; everything else in a path segment is escaped.
+const SEGMENT: &AsciiSet = &NON_ALPHANUMERIC
+    .remove(b'-')
+    .remove(b'.')
+    .remove(b'_')
+    .remove(b'~');
+
+/// `value` as one path segment, percent-encoded: how clients (the CLI among them) put a name
+/// into a path, so that [`PathParams`] gives back exactly `value`.
+pub fn path_segment(value: &str) -> String {
+    utf8_percent_encode(value, SEGMENT).to_string()
+}
+
+/// Path parameters, percent-decoded once. axum's router has already decoded them: decoding
+/// again would make `r%2541` (the name `r%41`) address `rA`.
 #[derive(Debug)]
 pub struct PathParams(HashMap<String, String>);
 
@@ -51,22 +67,28 @@ impl FromRequestParts<AdminState> for PathParams {
         parts: &mut Parts,
         state: &AdminState,
     ) -> Result<Self, Self::Rejection> {
-        let raw = RawPathParams::from_request_parts(parts, state)
-            .await
-            .map_err(|_| ApiError::Internal)?;
-        let mut params = HashMap::new();
-        for (name, value) in &raw {
-            let decoded = percent_encoding::percent_decode_str(value)
-                .decode_utf8()
-                .map_err(|_| {
-                    ApiError::bad_parameter(
-                        name,
-                        "invalid_encoding",
-                        "percent-escapes do not decode to UTF-8",
-                    )
-                })?;
-            params.insert(name.to_owned(), decoded.into_owned());
+        match RawPathParams::from_request_parts(parts, state).await {
+            Ok(raw) => Ok(Self(
+                raw.iter()
+                    .map(|(name, value)| (name.to_owned(), value.to_owned()))
+                    .collect(),
+            )),
+            Err(RawPathParamsRejection::InvalidUtf8InPathParam(e)) => {
+                Err(invalid_utf8(&e.body_text()))
+            }
+            // Only a route without parameters gets here: a bug, not the client's fault.
+            Err(_) => Err(ApiError::Internal),
         }
-        Ok(Self(params))
     }
+}
+
+/// The 400 for a path parameter whose percent-escapes are not UTF-8. axum's rejection names
+/// the parameter only in its text (`Invalid UTF-8 in `name``).
+fn invalid_utf8(text: &str) -> ApiError {
+    let name = text.split('`').nth(1).unwrap_or("path");
+    ApiError::bad_parameter(
+        name,
+        "invalid_encoding",
+        "percent-escapes do not decode to UTF-8",
+    )
 }

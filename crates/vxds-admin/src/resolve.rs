@@ -88,7 +88,9 @@ pub struct ResolveResponse {
         (status = 401, description = "No valid token", body = ProblemBody, content_type = "application/problem+json"),
         (status = 404, description = "No such resource: every client sees it as absent", body = ProblemBody, content_type = "application/problem+json"),
         (status = 413, description = "The body is too large", body = ProblemBody, content_type = "application/problem+json"),
-        (status = 415, description = "Neither JSON nor YAML", body = ProblemBody, content_type = "application/problem+json"),
+        (status = 403, description = "A page of another origin (`Origin`)", body = ProblemBody, content_type = "application/problem+json"),
+        (status = 415, description = "No `Content-Type`, or neither JSON nor YAML", body = ProblemBody, content_type = "application/problem+json"),
+        (status = 421, description = "`Host` is not a name this server answers to (`--admin-allowed-hosts`)", body = ProblemBody, content_type = "application/problem+json"),
     ),
     security(("bearer" = []), ())
 )]

@@ -11,14 +11,16 @@ use base64::engine::general_purpose::URL_SAFE_NO_PAD;
 use serde::{Deserialize, Serialize};
 use utoipa::{IntoParams, ToSchema};
 use vxds_envoy::changeset::{
-    ChangesetRequest, DeleteRequest, OperationRequest, PutRequest, VariantRequest, resource_name,
+    ChangesetRequest, DeleteRequest, ExpectedVersion, OperationRequest, PutRequest, VariantRequest,
+    resource_name,
 };
 use vxds_envoy::resource::ResourceType;
-use vxds_store::{ApplyError, ChangeKind, ListQuery, ResourceKey};
+use vxds_store::{ApplyError, ChangeKind, Conflict, ListQuery, ResourceKey};
 
 use crate::AdminState;
 use crate::auth::Caller;
 use crate::body::Payload;
+use crate::conditional::{self, Tags};
 use crate::problem::{ApiError, ProblemBody, ReadProblems, WriteProblems};
 use crate::query::Query;
 use crate::repr::{ChangeRepr, ResourceRepr, WriteResult, change_repr, resource_repr, timestamp};
@@ -207,26 +209,6 @@ fn etag(version: &str) -> HeaderValue {
     HeaderValue::from_str(&format!("\"{version}\"")).unwrap_or(HeaderValue::from_static("\"\""))
 }
 
-/// The entity tags of an `If-Match` or `If-None-Match` header: `None` for `*`.
-fn entity_tags(headers: &HeaderMap, name: header::HeaderName) -> Option<Option<Vec<String>>> {
-    let value = headers.get(name)?.to_str().ok()?.trim().to_owned();
-    if value == "*" {
-        return Some(None);
-    }
-    Some(Some(
-        value
-            .split(',')
-            .map(|t| {
-                t.trim()
-                    .trim_start_matches("W/")
-                    .trim_matches('"')
-                    .to_owned()
-            })
-            .filter(|t| !t.is_empty())
-            .collect(),
-    ))
-}
-
 /// Read one resource with all its variants.
 #[utoipa::path(
     get,
@@ -251,8 +233,8 @@ pub async fn get(
     let Some(stored) = state.store.get(&path.key).await? else {
         return Err(not_found(&path));
     };
-    if let Some(tags) = entity_tags(&headers, header::IF_NONE_MATCH)
-        && tags.is_none_or(|tags| tags.contains(&stored.version))
+    if let Some(tags) = conditional::parse(&headers, &header::IF_NONE_MATCH)?
+        && conditional::none_match_hits(&tags, &stored.version)
     {
         return Ok((
             StatusCode::NOT_MODIFIED,
@@ -302,26 +284,51 @@ pub struct PutResult {
     pub resource: Option<ResourceRepr>,
 }
 
-/// The version `If-Match` asks for: the tag, or for `*` the current version (which must exist).
-async fn expected_version(
-    state: &AdminState,
-    path: &ResourcePath,
+/// The preconditions of a write from `If-Match` and `If-None-Match`, for the store to check
+/// under its write lock: `(expected_version, must_not_exist)`.
+fn preconditions(
     headers: &HeaderMap,
-) -> Result<Option<String>, ApiError> {
-    match entity_tags(headers, header::IF_MATCH) {
-        None => Ok(None),
-        Some(Some(tags)) => Ok(tags.into_iter().next().or(Some(String::new()))),
-        Some(None) => match state.store.get(&path.key).await? {
-            Some(current) => Ok(Some(current.version)),
-            None => Err(ApiError::Conflict {
-                detail: format!(
-                    "`If-Match: *` but `{}` does not exist; nothing was written",
-                    path.key.name
-                ),
-                errors: vec![],
-            }),
-        },
+    method: &str,
+) -> Result<(Option<ExpectedVersion>, bool), ApiError> {
+    let if_match = conditional::parse(headers, &header::IF_MATCH)?;
+    let if_none_match = conditional::parse(headers, &header::IF_NONE_MATCH)?;
+    let must_not_exist = match if_none_match {
+        None => false,
+        Some(Tags::Any) if method == "PUT" => true,
+        Some(Tags::Any) => {
+            return Err(ApiError::bad_header(
+                "If-None-Match",
+                "unsupported_condition",
+                format!("`If-None-Match: *` has no meaning on {method}"),
+            ));
+        }
+        Some(Tags::List(_)) => {
+            return Err(ApiError::bad_header(
+                "If-None-Match",
+                "unsupported_condition",
+                "writes take `If-None-Match: *` (create only), not entity-tags",
+            ));
+        }
+    };
+    if must_not_exist && if_match.is_some() {
+        // `If-Match` needs the resource to exist and `If-None-Match: *` needs it not to.
+        return Err(conditional::precondition_failed(
+            "If-None-Match",
+            "`If-Match` and `If-None-Match: *` cannot both hold".into(),
+        ));
     }
+    Ok((conditional::if_match_expectation(if_match)?, must_not_exist))
+}
+
+/// A store conflict on the one operation of a PUT or DELETE: the header's condition failed.
+fn condition_failed(state: &AdminState, conflict: &Conflict) -> ApiError {
+    state.metrics.changeset("conflict");
+    let header = if conflict.pointer.as_str().ends_with("/must_not_exist") {
+        "If-None-Match"
+    } else {
+        "If-Match"
+    };
+    conditional::precondition_failed(header, conflict.message.clone())
 }
 
 /// Replace a resource's whole variant set, atomically (creating the resource if needed).
@@ -332,7 +339,8 @@ async fn expected_version(
     tag = "resources",
     params(
         ResourcePathDoc,
-        ("If-Match" = Option<String>, Header, description = "Write only if the resource is at this version (`ETag`)"),
+        ("If-Match" = Option<String>, Header, description = "Write only if the resource is at one of these versions (strong `ETag`s), or exists (`*`)"),
+        ("If-None-Match" = Option<String>, Header, description = "`*`: write only if the resource does not exist (create only)"),
         WriteParams,
     ),
     request_body(content(
@@ -342,7 +350,7 @@ async fn expected_version(
     responses(
         (status = 200, description = "Replaced (or unchanged)", body = PutResult, headers(("ETag" = String))),
         (status = 201, description = "Created", body = PutResult, headers(("ETag" = String))),
-        (status = 409, description = "`If-Match` did not hold; nothing was written", body = ProblemBody, content_type = "application/problem+json"),
+        (status = 412, description = "`If-Match` or `If-None-Match` did not hold; nothing was written", body = ProblemBody, content_type = "application/problem+json"),
         (status = 422, description = "A rule refused it; every problem is listed", body = ProblemBody, content_type = "application/problem+json"),
         WriteProblems,
     ),
@@ -356,7 +364,7 @@ pub async fn put(
     Query(params): Query<WriteParams>,
     Payload(body): Payload<PutBody>,
 ) -> Result<Response, ApiError> {
-    let expected_version = expected_version(&state, &path, &headers).await?;
+    let (expected_version, must_not_exist) = preconditions(&headers, "PUT")?;
     let request = ChangesetRequest {
         expected_revision: None,
         dry_run: params.dry_run,
@@ -365,11 +373,15 @@ pub async fn put(
             resource_type: path.ty.type_url().to_owned(),
             name: path.raw_name.clone(),
             expected_version,
+            must_not_exist,
             variants: body.variants,
         })],
     };
     let author = caller.and_then(|Extension(c)| c.name);
-    let applied = crate::changesets::apply(&state, request, author, Some("/operations/0")).await?;
+    let applied = match state.store.apply(request, author).await {
+        Err(ApplyError::Conflict(conflict)) => return Err(condition_failed(&state, &conflict)),
+        other => crate::changesets::record(&state, other, Some("/operations/0"))?,
+    };
     let created = applied
         .changes
         .iter()
@@ -417,15 +429,15 @@ pub async fn put(
     tag = "resources",
     params(
         ResourcePathDoc,
-        ("If-Match" = Option<String>, Header, description = "Delete only if the resource is at this version (`ETag`)"),
+        ("If-Match" = Option<String>, Header, description = "Delete only if the resource is at one of these versions (strong `ETag`s), or exists (`*`)"),
         WriteParams,
     ),
     responses(
         (status = 200, description = "Deleted", body = WriteResult),
         (status = 400, description = "A bad parameter", body = ProblemBody, content_type = "application/problem+json"),
-        (status = 403, description = "A read-only token", body = ProblemBody, content_type = "application/problem+json"),
+        (status = 403, description = "A read-only token, or a page of another origin (`Origin`)", body = ProblemBody, content_type = "application/problem+json"),
         (status = 404, description = "No such resource", body = ProblemBody, content_type = "application/problem+json"),
-        (status = 409, description = "`If-Match` did not hold; nothing was written", body = ProblemBody, content_type = "application/problem+json"),
+        (status = 412, description = "`If-Match` did not hold; nothing was written", body = ProblemBody, content_type = "application/problem+json"),
         (status = 422, description = "A rule refused it (e.g. the aggregate graph)", body = ProblemBody, content_type = "application/problem+json"),
         ReadProblems,
     ),
@@ -438,7 +450,7 @@ pub async fn delete(
     headers: HeaderMap,
     Query(params): Query<WriteParams>,
 ) -> Result<Json<WriteResult>, ApiError> {
-    let expected_version = expected_version(&state, &path, &headers).await?;
+    let (expected_version, _) = preconditions(&headers, "DELETE")?;
     let request = ChangesetRequest {
         expected_revision: None,
         dry_run: params.dry_run,
@@ -457,6 +469,7 @@ pub async fn delete(
             state.metrics.changeset("invalid");
             return Err(not_found(&path));
         }
+        Err(ApplyError::Conflict(conflict)) => return Err(condition_failed(&state, &conflict)),
         other => crate::changesets::record(&state, other, Some("/operations/0"))?,
     };
     Ok(Json(WriteResult {

@@ -2,160 +2,16 @@
 
 #![allow(clippy::unwrap_used)] // tests fail loudly on purpose
 
-use std::sync::Arc;
+#[path = "http/hardening.rs"]
+mod hardening;
+#[path = "http/support.rs"]
+mod support;
 
-use prometheus_client::registry::Registry;
 use reqwest::{Method, StatusCode};
 use serde_json::{Value, json};
-use tokio::task::JoinHandle;
-use vxds_admin::{AdminMetrics, AdminState, DEFAULT_BODY_LIMIT, Tokens};
-use vxds_store::{Store, index};
+use support::*;
+use vxds_admin::{DEFAULT_BODY_LIMIT, Tokens};
 use vxds_testkit::{TestDb, on_both_backends};
-
-const ROUTE: &str = "type.googleapis.com/envoy.config.route.v3.RouteConfiguration";
-const CLUSTER: &str = "type.googleapis.com/envoy.config.cluster.v3.Cluster";
-const WRITE_TOKEN: &str = "write-token-0123456789";
-const READ_TOKEN: &str = "read-token-0123456789";
-
-struct Api {
-    base: String,
-    http: reqwest::Client,
-    store: Store,
-    tasks: Vec<JoinHandle<()>>,
-}
-
-impl Drop for Api {
-    fn drop(&mut self) {
-        self.tasks.iter().for_each(JoinHandle::abort);
-    }
-}
-
-async fn serve(db: &TestDb, tokens: Tokens, body_limit: usize) -> Api {
-    let _ = rustls::crypto::ring::default_provider().install_default();
-    let store = db.store().await;
-    let (index, follower) = index::start(store.clone()).await.unwrap();
-    let mut registry = Registry::default();
-    let metrics = Arc::new(AdminMetrics::register(&mut registry));
-    let state = AdminState::new(
-        store.clone(),
-        index,
-        tokens,
-        metrics,
-        Arc::new(registry),
-        body_limit,
-    );
-    let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
-    let base = format!("http://{}", listener.local_addr().unwrap());
-    let app = vxds_admin::router(state);
-    let server = tokio::spawn(async move {
-        axum::serve(listener, app).await.unwrap();
-    });
-    Api {
-        base,
-        http: reqwest::Client::new(),
-        store,
-        tasks: vec![server, follower],
-    }
-}
-
-struct Reply {
-    status: StatusCode,
-    headers: reqwest::header::HeaderMap,
-    body: Value,
-    text: String,
-}
-
-impl Api {
-    async fn call(
-        &self,
-        method: Method,
-        path: &str,
-        body: Option<(&str, String)>,
-        headers: &[(&str, &str)],
-    ) -> Reply {
-        let mut request = self.http.request(method, format!("{}{path}", self.base));
-        if let Some((content_type, body)) = body {
-            request = request.header("content-type", content_type).body(body);
-        }
-        for (name, value) in headers {
-            request = request.header(*name, *value);
-        }
-        let response = request.send().await.unwrap();
-        let status = response.status();
-        let headers = response.headers().clone();
-        let text = response.text().await.unwrap();
-        let body = serde_json::from_str(&text).unwrap_or(Value::Null);
-        Reply {
-            status,
-            headers,
-            body,
-            text,
-        }
-    }
-
-    async fn get(&self, path: &str) -> Reply {
-        self.call(Method::GET, path, None, &[]).await
-    }
-
-    async fn send_json(&self, method: Method, path: &str, body: Value) -> Reply {
-        self.call(
-            method,
-            path,
-            Some(("application/json", body.to_string())),
-            &[],
-        )
-        .await
-    }
-}
-
-fn route(name: &str, text: &str) -> Value {
-    json!({
-        "@type": ROUTE,
-        "name": name,
-        "virtual_hosts": [{"name": "vh", "domains": ["*"], "routes": [{
-            "match": {"prefix": "/"}, "direct_response": {"status": 200, "body": {"inline_string": text}}
-        }]}]
-    })
-}
-
-fn variants(name: &str, rows: &[(&str, &str)]) -> Value {
-    let rows: Vec<Value> = rows
-        .iter()
-        .map(|(c, t)| json!({"constraints": c, "resource": route(name, t)}))
-        .collect();
-    json!({"variants": rows})
-}
-
-fn problem_codes(reply: &Reply) -> Vec<(String, String)> {
-    reply.body["errors"]
-        .as_array()
-        .unwrap_or(&vec![])
-        .iter()
-        .map(|e| {
-            (
-                e["pointer"].as_str().unwrap_or_default().to_owned(),
-                e["code"].as_str().unwrap_or_default().to_owned(),
-            )
-        })
-        .collect()
-}
-
-fn assert_problem(reply: &Reply, status: u16) {
-    assert_eq!(reply.status.as_u16(), status, "{}", reply.text);
-    assert_eq!(
-        reply.headers["content-type"], "application/problem+json",
-        "{}",
-        reply.text
-    );
-    assert_eq!(reply.body["status"], status);
-    assert!(
-        reply.body["type"]
-            .as_str()
-            .unwrap()
-            .starts_with("urn:vxds:problem:")
-    );
-    assert!(!reply.body["detail"].as_str().unwrap().is_empty());
-}
 
 on_both_backends!(
     a_put_reads_back_whole,
@@ -443,16 +299,25 @@ async fn every_error_status_has_a_problem_document(db: TestDb) {
         .await;
     assert_problem(&unknown_field, 400);
     assert_problem(
-        &api.call(Method::POST, "/v1/changesets", None, &[]).await,
+        &api.call(
+            Method::POST,
+            "/v1/changesets",
+            Some(("application/json", String::new())),
+            &[],
+        )
+        .await,
         400,
     );
     // 404 and 405.
     assert_problem(&api.get("/v1/nothing-here").await, 404);
-    assert_problem(
-        &api.call(Method::PATCH, "/v1/resources/route/x", None, &[])
-            .await,
-        405,
-    );
+    let patch = api
+        .call(Method::PATCH, "/v1/resources/route/x", None, &[])
+        .await;
+    assert_problem(&patch, 405);
+    assert_eq!(patch.headers["allow"], "DELETE, GET, HEAD, PUT");
+    let put_list = api.call(Method::PUT, "/v1/resources", None, &[]).await;
+    assert_problem(&put_list, 405);
+    assert_eq!(put_list.headers["allow"], "GET, HEAD");
     // 409: a stale expected revision.
     let stale = api
         .send_json(
@@ -538,7 +403,7 @@ async fn if_match_guards_writes(db: TestDb) {
             &[("if-match", "*")],
         )
         .await;
-    assert_problem(&absent, 409);
+    assert_problem(&absent, 412);
     let created = api
         .send_json(Method::PUT, "/v1/resources/route/web", body)
         .await;
@@ -552,7 +417,7 @@ async fn if_match_guards_writes(db: TestDb) {
             &[("if-match", "\"0000000000000000\"")],
         )
         .await;
-    assert_problem(&stale, 409);
+    assert_problem(&stale, 412);
     let ok = api
         .call(
             Method::PUT,
@@ -570,7 +435,7 @@ async fn if_match_guards_writes(db: TestDb) {
             &[("if-match", &etag)],
         )
         .await,
-        409,
+        412,
     );
     let new_etag = ok.headers["etag"].to_str().unwrap().to_owned();
     assert_eq!(

@@ -20,6 +20,10 @@ use crate::pointer::Pointer;
 use crate::resource::{Body, CLUSTER, ResourceType, content_hash};
 use crate::rules::{self, GraphProblem};
 
+mod precondition;
+
+pub use precondition::{ANY_VERSION, ExpectedVersion, Precondition};
+
 /// A write of any number of operations, applied all or nothing as one revision.
 #[derive(Clone, Debug, Default, PartialEq, Serialize, Deserialize)]
 #[cfg_attr(feature = "openapi", derive(utoipa::ToSchema))]
@@ -52,9 +56,13 @@ pub struct PutRequest {
     #[serde(rename = "type")]
     pub resource_type: String,
     pub name: String,
-    /// Refuse (conflict) unless the resource's current version is this one.
+    /// Refuse (conflict) unless the resource's current version is this one (or one of these;
+    /// `*` for any).
     #[serde(default, skip_serializing_if = "Option::is_none")]
-    pub expected_version: Option<String>,
+    pub expected_version: Option<ExpectedVersion>,
+    /// Refuse (conflict) if the resource exists: create only.
+    #[serde(default, skip_serializing_if = "std::ops::Not::not")]
+    pub must_not_exist: bool,
     pub variants: Vec<VariantRequest>,
 }
 
@@ -64,8 +72,9 @@ pub struct DeleteRequest {
     #[serde(rename = "type")]
     pub resource_type: String,
     pub name: String,
+    /// As for a put.
     #[serde(default, skip_serializing_if = "Option::is_none")]
-    pub expected_version: Option<String>,
+    pub expected_version: Option<ExpectedVersion>,
 }
 
 #[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
@@ -88,7 +97,7 @@ pub struct VariantRequest {
 #[cfg(feature = "openapi")]
 mod operation_schema {
     use utoipa::openapi::schema::{
-        AdditionalProperties, ArrayBuilder, ObjectBuilder, OneOfBuilder, Schema, SchemaType, Type,
+        AdditionalProperties, ArrayBuilder, ObjectBuilder, OneOfBuilder, Schema, Type,
     };
     use utoipa::openapi::{Ref, RefOr};
     use utoipa::{PartialSchema, ToSchema};
@@ -125,12 +134,30 @@ mod operation_schema {
             .required("name")
             .property(
                 "expected_version",
-                ObjectBuilder::new()
-                    .schema_type(SchemaType::from_iter([Type::String, Type::Null]))
-                    .description(Some("Refuse (409) unless the resource is at this version")),
+                OneOfBuilder::new()
+                    .item(ObjectBuilder::new().schema_type(Type::String))
+                    .item(
+                        ArrayBuilder::new()
+                            .items(ObjectBuilder::new().schema_type(Type::String))
+                            .min_items(Some(1)),
+                    )
+                    .item(ObjectBuilder::new().schema_type(Type::Null))
+                    .description(Some(
+                        "Refuse (409) unless the resource is at this version, or one of these; \
+                         `*` for any version (it must exist)",
+                    )),
             );
         if variants {
             object = object
+                .property(
+                    "must_not_exist",
+                    ObjectBuilder::new()
+                        .schema_type(Type::Boolean)
+                        .description(Some(
+                            "Refuse (409) if the resource exists: create only. Not with \
+                             `expected_version`",
+                        )),
+                )
                 .property(
                     "variants",
                     ArrayBuilder::new()
@@ -253,7 +280,8 @@ pub struct ValidatedOperation {
     /// Position in the request, for pointers.
     pub index: usize,
     pub key: ResourceKey,
-    pub expected_version: Option<String>,
+    /// Checked by the store under its write lock.
+    pub precondition: Precondition,
     pub action: Action,
 }
 
@@ -519,6 +547,22 @@ impl Validator<'_> {
         }
     }
 
+    fn precondition(
+        &mut self,
+        expected: Option<&ExpectedVersion>,
+        must_not_exist: bool,
+        i: usize,
+        at: &Pointer,
+    ) -> Option<Precondition> {
+        match Precondition::from_request(expected, must_not_exist, at) {
+            Ok(p) => Some(p),
+            Err(problem) => {
+                self.error((*problem).at(i, None));
+                None
+            }
+        }
+    }
+
     /// The resource name in normal form.
     fn name(&mut self, name: &str, ty: &ResourceType, i: usize, at: &Pointer) -> Option<String> {
         let at = at.push("name");
@@ -580,13 +624,14 @@ impl Validator<'_> {
         let name = ty
             .as_ref()
             .and_then(|ty| self.name(&delete.name, ty, i, at));
+        let precondition = self.precondition(delete.expected_version.as_ref(), false, i, at);
         Some(ValidatedOperation {
             index: i,
             key: ResourceKey {
                 type_url: ty?.type_url().to_owned(),
                 name: name?,
             },
-            expected_version: delete.expected_version.clone(),
+            precondition: precondition?,
             action: Action::Delete,
         })
     }
@@ -595,6 +640,8 @@ impl Validator<'_> {
         let errors_before = self.errors.len();
         let ty = self.resource_type(&put.resource_type, i, at)?;
         let name = self.name(&put.name, &ty, i, at);
+        let precondition =
+            self.precondition(put.expected_version.as_ref(), put.must_not_exist, i, at);
         let variants_at = at.push("variants");
         let max = self.config.variant_limits.max_variants;
         if put.variants.is_empty() {
@@ -688,7 +735,7 @@ impl Validator<'_> {
                 type_url: ty.type_url().to_owned(),
                 name,
             },
-            expected_version: put.expected_version.clone(),
+            precondition: precondition?,
             action: Action::Put(ValidatedResource {
                 variants,
                 version,
@@ -848,6 +895,7 @@ mod tests {
             resource_type: ty.into(),
             name: name.into(),
             expected_version: None,
+            must_not_exist: false,
             variants: variants
                 .into_iter()
                 .map(|(constraints, resource)| VariantRequest {

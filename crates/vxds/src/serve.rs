@@ -11,7 +11,7 @@ use clap::Args;
 use prometheus_client::registry::Registry;
 use tokio::net::TcpListener;
 use tracing::info;
-use vxds_admin::{AdminMetrics, AdminState, DEFAULT_BODY_LIMIT, Tokens};
+use vxds_admin::{AdminMetrics, AdminState, DEFAULT_BODY_LIMIT, OriginPolicy, Tokens};
 use vxds_envoy::changeset::ValidationConfig;
 use vxds_store::{Store, StoreOptions, index, redact};
 
@@ -32,6 +32,15 @@ pub struct ServeArgs {
     /// `write <token> [name]`. Required when the admin API listens beyond loopback.
     #[arg(long, env = "VXDS_ADMIN_TOKEN_FILE")]
     pub admin_token_file: Option<PathBuf>,
+    /// Names (comma-separated `name` or `name:port`; `*` for any) clients may reach the admin
+    /// API by, in `Host`, besides loopback names and the listen address. Others are refused
+    /// (421), which stops DNS rebinding.
+    #[arg(long, env = "VXDS_ADMIN_ALLOWED_HOSTS", value_delimiter = ',')]
+    pub admin_allowed_hosts: Vec<String>,
+    /// Origins (comma-separated `scheme://host[:port]`) whose pages may write through the
+    /// admin API; writes from other origins than the server's own are refused (403).
+    #[arg(long, env = "VXDS_ADMIN_ALLOWED_ORIGINS", value_delimiter = ',')]
+    pub admin_allowed_origins: Vec<String>,
     /// Largest admin request body, in bytes.
     #[arg(long, env = "VXDS_ADMIN_BODY_LIMIT", default_value_t = DEFAULT_BODY_LIMIT)]
     pub admin_body_limit: usize,
@@ -84,6 +93,8 @@ pub async fn run(args: ServeArgs) -> anyhow::Result<ExitCode> {
             args.admin_addr
         );
     }
+    let origins = OriginPolicy::new(&args.admin_allowed_hosts, &args.admin_allowed_origins)?
+        .with_address(args.admin_addr.ip());
     let options = StoreOptions {
         migrate: !args.no_migrate,
         max_connections: args.database_connections,
@@ -130,7 +141,8 @@ pub async fn run(args: ServeArgs) -> anyhow::Result<ExitCode> {
         Arc::new(registry),
         args.admin_body_limit,
     )
-    .with_clients(xds.registry());
+    .with_clients(xds.registry())
+    .with_origin_policy(origins);
 
     let admin = TcpListener::bind(args.admin_addr)
         .await

@@ -8,7 +8,6 @@ use anyhow::{Context, bail};
 use axum::http::{Method, Request, header};
 use clap::Args;
 use http_body_util::BodyExt;
-use percent_encoding::{AsciiSet, NON_ALPHANUMERIC, utf8_percent_encode};
 use prometheus_client::registry::Registry;
 use serde_json::Value;
 use tokio::task::JoinHandle;
@@ -29,16 +28,9 @@ pub struct TargetArgs {
     pub database_url: Option<String>,
 }
 
-/// Unreserved characters stay; everything else in a path segment is escaped.
-const SEGMENT: &AsciiSet = &NON_ALPHANUMERIC
-    .remove(b'-')
-    .remove(b'.')
-    .remove(b'_')
-    .remove(b'~');
-
-/// A path segment, percent-encoded.
+/// A path segment, percent-encoded the way the admin API decodes it.
 pub fn segment(s: &str) -> String {
-    utf8_percent_encode(s, SEGMENT).to_string()
+    vxds_admin::path_segment(s)
 }
 
 pub struct Reply {

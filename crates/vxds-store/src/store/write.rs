@@ -3,9 +3,10 @@
 //! 1. Every stateless rule runs first, off the async runtime ([`changeset::check`]).
 //! 2. One transaction takes the head row's lock, which serialises writers: what it reads next
 //!    is the latest committed state, and nobody commits until it is done.
-//! 3. Under the lock: expected revision and versions (conflicts, which come first), deletes of
-//!    missing resources, and the aggregate-cluster graph across the whole store after the
-//!    changeset, on the operations that passed step 1. All errors of steps 1 and 3 are
+//! 3. Under the lock: expected revision and each operation's precondition (expected versions,
+//!    `must_not_exist`: conflicts, which come first), deletes of missing resources, and the
+//!    aggregate-cluster graph across the whole store after the changeset, on the operations
+//!    that passed step 1. All errors of steps 1 and 3 are
 //!    reported together.
 //! 4. Operations that change nothing are dropped; if nothing is left, no revision is made.
 //! 5. The writes, the revision and its change list, the head; with Postgres a NOTIFY that is
@@ -107,27 +108,18 @@ impl Store {
         let mut changes = Vec::new();
         for op in &changeset.operations {
             let existing = current.get(&op.key);
-            if let Some(expected) = &op.expected_version {
-                let actual = existing.map(|c| c.version.as_str());
-                if actual != Some(expected.as_str()) {
-                    let message = match actual {
-                        Some(actual) => {
-                            format!("`{}` is at version {actual}, not {expected}", op.key.name)
-                        }
-                        None => format!(
-                            "`{}` does not exist, so it is not at version {expected}",
-                            op.key.name
-                        ),
-                    };
-                    return Err(ApplyError::Conflict(Conflict {
-                        pointer: Pointer::root()
-                            .push("operations")
-                            .push(op.index)
-                            .push("expected_version"),
-                        operation: Some(op.index),
-                        message,
-                    }));
-                }
+            if let Err((field, message)) = op
+                .precondition
+                .check(&op.key.name, existing.map(|c| c.version.as_str()))
+            {
+                return Err(ApplyError::Conflict(Conflict {
+                    pointer: Pointer::root()
+                        .push("operations")
+                        .push(op.index)
+                        .push(field),
+                    operation: Some(op.index),
+                    message,
+                }));
             }
             match (&op.action, existing) {
                 (Action::Delete, None) => errors.push(
