@@ -13,6 +13,7 @@
 #![forbid(unsafe_code)]
 
 pub mod csds;
+pub mod identity;
 pub mod machine;
 pub mod metrics;
 pub mod params;
@@ -31,6 +32,7 @@ use tokio_stream::wrappers::TcpListenerStream;
 use vxds_envoy::pb::envoy::service::status::v3::client_status_discovery_service_server::ClientStatusDiscoveryServiceServer;
 use vxds_store::Index;
 
+pub use identity::PeerIdentity;
 pub use machine::MachineConfig;
 pub use metrics::XdsMetrics;
 pub use registry::Registry;

@@ -151,6 +151,13 @@ impl StreamMachine {
         }
     }
 
+    /// Records who the transport says the client is (its certificate, on mutual TLS).
+    pub fn set_peer(&mut self, peer: Option<crate::identity::PeerIdentity>) {
+        if let Ok(mut status) = self.status.lock() {
+            status.peer = peer;
+        }
+    }
+
     /// The stream's status, shared with the registry for `/v1/clients` and CSDS.
     pub fn status(&self) -> Arc<Mutex<ClientStatus>> {
         self.status.clone()

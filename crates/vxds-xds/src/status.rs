@@ -24,6 +24,8 @@ pub struct ClientStatus {
     pub user_agent: String,
     pub client_features: Vec<String>,
     pub connected_at: String,
+    /// The client certificate's names, on a mutual-TLS connection.
+    pub peer: Option<crate::identity::PeerIdentity>,
     pub types: Vec<TypeStatus>,
 }
 
