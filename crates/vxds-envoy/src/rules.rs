@@ -129,7 +129,18 @@ pub fn check_cluster(body: &Body) -> RuleReport {
                             );
                         }
                     }
-                    report.aggregate_children = Some(config.clusters);
+                    // The graph is keyed by normal names: two spellings of one xdstp name
+                    // (context parameters in another order) are one cluster, so neither a
+                    // cycle nor the depth limit can hide behind a respelling.
+                    let children = config
+                        .clusters
+                        .into_iter()
+                        .map(|child| match vxds_core::xdstp::normalize(&child) {
+                            Ok(normal) => normal.into_owned(),
+                            Err(_) => child,
+                        })
+                        .collect();
+                    report.aggregate_children = Some(children);
                 }
             }
         }
@@ -606,6 +617,22 @@ mod tests {
 
     fn changed(names: &[&str]) -> BTreeSet<String> {
         names.iter().map(|n| (*n).to_owned()).collect()
+    }
+
+    #[test]
+    fn aggregate_children_are_named_in_normal_form() {
+        let report = cluster(
+            json!({"cluster_type": {"name": "envoy.clusters.aggregate", "typed_config": {
+            "@type": "type.googleapis.com/envoy.extensions.clusters.aggregate.v3.ClusterConfig",
+            "clusters": ["xdstp://a/envoy.config.cluster.v3.Cluster/c?q=2&p=1", "plain"]}}}),
+        );
+        assert_eq!(
+            report.aggregate_children.unwrap(),
+            [
+                "xdstp://a/envoy.config.cluster.v3.Cluster/c?p=1&q=2",
+                "plain"
+            ]
+        );
     }
 
     #[test]

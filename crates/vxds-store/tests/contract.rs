@@ -499,6 +499,18 @@ async fn the_aggregate_graph_is_checked_across_the_store(db: TestDb) {
         "aggregate clusters form a cycle: leaf → a → b → leaf"
     );
 
+    // A respelling of an xdstp name (context parameters reordered) is the same cluster.
+    let x = "xdstp://a/envoy.config.cluster.v3.Cluster/x?p=1&q=2";
+    let x_respelled = "xdstp://a/envoy.config.cluster.v3.Cluster/x?q=2&p=1";
+    let y = "xdstp://a/envoy.config.cluster.v3.Cluster/y";
+    let ops = json!({"operations": [put_cluster(aggregate(x, &[y]))]});
+    store.apply(changeset(ops), None).await.unwrap();
+    let close = changeset(json!({"operations": [put_cluster(aggregate(y, &[x_respelled]))]}));
+    assert_eq!(
+        codes(store.apply(close, None).await.unwrap_err()),
+        ["aggregate_cycle"]
+    );
+
     // Depth counts across changesets too: a chain of 16 is fine, 17 is not.
     let chain: Vec<Value> = (1..16)
         .map(|i| put_cluster(aggregate(&format!("d{i}"), &[&format!("d{}", i + 1)])))
