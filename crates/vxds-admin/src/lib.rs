@@ -214,5 +214,12 @@ pub fn router(state: AdminState) -> Router {
             metrics::track,
         ))
         .layer(tower_http::trace::TraceLayer::new_for_http())
+        // A client that trickles its body (slowloris) holds a connection for at most this long.
+        .layer(tower_http::timeout::RequestBodyTimeoutLayer::new(
+            BODY_READ_TIMEOUT,
+        ))
         .with_state(state)
 }
+
+/// How long a request body may take to arrive.
+pub const BODY_READ_TIMEOUT: std::time::Duration = std::time::Duration::from_secs(30);

@@ -75,7 +75,11 @@ impl AdminMetrics {
 
 /// Counts every request by its route template, not its raw path (names are unbounded).
 pub async fn track(State(state): State<AdminState>, request: Request, next: Next) -> Response {
-    let method = request.method().to_string();
+    // Label values come from a fixed set: an unauthenticated client must not mint series.
+    let method = match request.method().as_str() {
+        m @ ("GET" | "HEAD" | "POST" | "PUT" | "PATCH" | "DELETE" | "OPTIONS") => m.to_owned(),
+        _ => "other".to_owned(),
+    };
     let route = request
         .extensions()
         .get::<MatchedPath>()

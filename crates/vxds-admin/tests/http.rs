@@ -627,7 +627,23 @@ async fn operations_endpoints(db: TestDb) {
         (ready.status, ready.body["revision"].clone()),
         (StatusCode::OK, json!(1))
     );
+    // Made-up methods from unauthenticated clients share one label value.
+    for method in ["BREW", "WHEN"] {
+        api.call(
+            Method::from_bytes(method.as_bytes()).unwrap(),
+            "/v1/resources",
+            None,
+            &[],
+        )
+        .await;
+    }
     let metrics = api.get("/metrics").await;
+    assert!(!metrics.text.contains("BREW"), "{}", metrics.text);
+    assert!(
+        metrics.text.contains(r#"method="other""#),
+        "{}",
+        metrics.text
+    );
     assert!(
         metrics.headers["content-type"]
             .to_str()
