@@ -247,6 +247,21 @@ fn backend(port: u16) -> Vec<Value> {
     ]
 }
 
+/// Commits `ops` as one changeset through the admin API.
+async fn apply(client: &reqwest::Client, admin: &str, ops: Vec<Value>) {
+    let applied = client
+        .post(format!("{admin}/v1/changesets"))
+        .json(&json!({"operations": ops}))
+        .send()
+        .await
+        .unwrap();
+    assert!(
+        applied.status().is_success(),
+        "{}",
+        applied.text().await.unwrap()
+    );
+}
+
 /// GETs through an Envoy until its answer carries `variant`.
 async fn wait_for_variant(client: &reqwest::Client, port: u16, variant: &str) -> String {
     let deadline = Instant::now() + WAIT;
@@ -285,17 +300,7 @@ async fn two_envoys_get_their_variants(prod_ads: Ads, test_ads: Ads) {
     let mut ops = backend(backend_port);
     ops.push(listener(port_a, port_b));
     ops.push(routes("prod", "test"));
-    let applied = client
-        .post(format!("{admin}/v1/changesets"))
-        .json(&json!({"operations": ops}))
-        .send()
-        .await
-        .unwrap();
-    assert!(
-        applied.status().is_success(),
-        "{}",
-        applied.text().await.unwrap()
-    );
+    apply(&client, &admin, ops).await;
 
     let _prod = start_envoy(dir.path(), "envoy-prod", prod_ads, xds_port, "prod", "a");
     let _test = start_envoy(dir.path(), "envoy-test", test_ads, xds_port, "test", "b");

@@ -118,6 +118,25 @@ fn env_routes(world: &mut World) {
     )]));
 }
 
+/// TP2's transition of `web`: the env=prod variant splits by version, in one revision.
+fn split_prod_by_version(world: &mut World) -> Vec<ResourceKey> {
+    world.apply(json!([put(
+        "route",
+        "web",
+        &[
+            (r#"env = "prod" && version = "v1""#, route("web", "prod-v1")),
+            (
+                r#"env = "prod" && version != "v1""#,
+                route("web", "prod-rest")
+            ),
+            (
+                r#"env != "prod" && (exists(version) || !exists(version))"#,
+                route("web", "rest")
+            ),
+        ]
+    )]))
+}
+
 fn node_with(type_url: &str, params: &[(&str, &str)]) -> Node {
     let mut node = Node {
         id: "node-1".into(),
@@ -623,21 +642,7 @@ fn delta_wraps_locators_with_constraints_and_replaces_variants_atomically() {
         .unwrap();
 
     // TP2's transition: env=prod splits by version. One revision...
-    let changed = world.apply(json!([put(
-        "route",
-        "web",
-        &[
-            (r#"env = "prod" && version = "v1""#, route("web", "prod-v1")),
-            (
-                r#"env = "prod" && version != "v1""#,
-                route("web", "prod-rest")
-            ),
-            (
-                r#"env != "prod" && (exists(version) || !exists(version))"#,
-                route("web", "rest")
-            ),
-        ]
-    )]));
+    let changed = split_prod_by_version(&mut world);
     m.on_changes(&changed);
     let responses = m.poll(&world.snapshot);
     // ... one response: the old variant's removal and the new variant together.

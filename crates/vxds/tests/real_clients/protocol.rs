@@ -48,20 +48,6 @@ fn cluster_to(name: &str, port: u16) -> Vec<Value> {
         .collect()
 }
 
-async fn apply(client: &reqwest::Client, admin: &str, ops: Vec<Value>) {
-    let applied = client
-        .post(format!("{admin}/v1/changesets"))
-        .json(&json!({"operations": ops}))
-        .send()
-        .await
-        .unwrap();
-    assert!(
-        applied.status().is_success(),
-        "{}",
-        applied.text().await.unwrap()
-    );
-}
-
 async fn get(client: &reqwest::Client, port: u16, path: &str, cluster: Option<&str>) -> u16 {
     let mut request = client.get(format!("http://127.0.0.1:{port}{path}"));
     if let Some(cluster) = cluster {

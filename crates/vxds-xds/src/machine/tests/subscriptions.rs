@@ -51,24 +51,6 @@ fn prod_or_rest(world: &mut World) {
     )]));
 }
 
-fn split_prod_by_version(world: &mut World) -> Vec<ResourceKey> {
-    world.apply(json!([put(
-        "route",
-        "web",
-        &[
-            (r#"env = "prod" && version = "v1""#, route("web", "prod-v1")),
-            (
-                r#"env = "prod" && version != "v1""#,
-                route("web", "prod-rest")
-            ),
-            (
-                r#"env != "prod" && (exists(version) || !exists(version))"#,
-                route("web", "rest")
-            ),
-        ]
-    )]))
-}
-
 #[test]
 fn delta_legacy_wildcard_continues_when_names_are_subscribed() {
     let mut world = World::new();
