@@ -6,11 +6,17 @@
 //! refused, not silently cut off. The name, if
 //! given, is recorded as the author of the revisions the token writes. Without tokens, every
 //! request is allowed; `vxds serve` only allows that on a loopback address.
+//!
+//! A token may be stored hashed: `sha256:<64 hex digits>` in place of the token matches a
+//! presented token whose SHA-256 is those digits (either case), so the file need not hold the
+//! secret itself (`vxds token create` prints such a line). Plaintext tokens are hashed at load;
+//! a presented token is hashed once and compared in constant time with every configured hash.
 
 use axum::extract::{Request, State};
 use axum::http::{Method, header};
 use axum::middleware::Next;
 use axum::response::{IntoResponse, Response};
+use sha2::{Digest, Sha256};
 use subtle::ConstantTimeEq;
 
 use crate::AdminState;
@@ -24,7 +30,8 @@ pub enum Scope {
 
 #[derive(Clone)]
 struct Token {
-    secret: String,
+    /// The SHA-256 of the token; the plaintext is not kept.
+    digest: [u8; 32],
     scope: Scope,
     name: Option<String>,
 }
@@ -53,6 +60,41 @@ pub enum TokenFileError {
     },
     #[error("token file line {line}: {message}")]
     Line { line: usize, message: String },
+}
+
+/// The prefix of a hashed token in the token file.
+pub const SHA256_PREFIX: &str = "sha256:";
+
+/// The SHA-256 of a token, as the lowercase hex a token file's `sha256:` entry holds.
+pub fn token_sha256_hex(token: &str) -> String {
+    use std::fmt::Write;
+    Sha256::digest(token.as_bytes())
+        .iter()
+        .fold(String::with_capacity(64), |mut hex, byte| {
+            let _ = write!(hex, "{byte:02x}");
+            hex
+        })
+}
+
+/// The 32 bytes of a `sha256:` entry's hex digits, or why they are not a SHA-256.
+fn parse_sha256_hex(hex: &str) -> Result<[u8; 32], String> {
+    if let Some(bad) = hex.chars().find(|c| !c.is_ascii_hexdigit()) {
+        return Err(format!(
+            "`{SHA256_PREFIX}` must be followed by 64 hex digits; found {bad:?}, not a hex digit"
+        ));
+    }
+    if hex.len() != 64 {
+        return Err(format!(
+            "`{SHA256_PREFIX}` must be followed by 64 hex digits (a SHA-256); found {}",
+            hex.len()
+        ));
+    }
+    let mut digest = [0u8; 32];
+    for (byte, pair) in digest.iter_mut().zip(hex.as_bytes().chunks_exact(2)) {
+        let pair = std::str::from_utf8(pair).map_err(|e| e.to_string())?;
+        *byte = u8::from_str_radix(pair, 16).map_err(|e| e.to_string())?;
+    }
+    Ok(digest)
 }
 
 /// Who made a request, for the revision's author.
@@ -115,14 +157,22 @@ impl Tokens {
                     });
                 }
             };
-            if secret.len() < 16 {
-                return Err(TokenFileError::Line {
+            let digest = if let Some(hex) = secret.strip_prefix(SHA256_PREFIX) {
+                parse_sha256_hex(hex).map_err(|message| TokenFileError::Line {
                     line: line_no,
-                    message: "tokens must be at least 16 characters long".into(),
-                });
-            }
+                    message,
+                })?
+            } else {
+                if secret.len() < 16 {
+                    return Err(TokenFileError::Line {
+                        line: line_no,
+                        message: "tokens must be at least 16 characters long".into(),
+                    });
+                }
+                Sha256::digest(secret.as_bytes()).into()
+            };
             tokens.push(Token {
-                secret: secret.to_owned(),
+                digest,
                 scope: scope.unwrap_or(Scope::Read),
                 name,
             });
@@ -138,11 +188,13 @@ impl Tokens {
         self.tokens.len()
     }
 
-    /// The token with this secret, compared in constant time against every token.
+    /// The token with this secret: its SHA-256 is compared in constant time with every
+    /// configured token's, with no early exit.
     fn find(&self, presented: &str) -> Option<&Token> {
+        let presented: [u8; 32] = Sha256::digest(presented.as_bytes()).into();
         let mut found = None;
         for token in &self.tokens {
-            if bool::from(token.secret.as_bytes().ct_eq(presented.as_bytes())) {
+            if bool::from(token.digest.ct_eq(&presented)) {
                 found = Some(token);
             }
         }
@@ -251,6 +303,66 @@ mod tests {
                 .contains("16 characters")
         );
         assert!(Tokens::parse("").unwrap().is_empty());
+    }
+
+    /// SHA-256 of "0123456789abcdef-hashed", computed independently (`sha256sum`).
+    const HASHED_SECRET: &str = "0123456789abcdef-hashed";
+    const HASHED_HEX: &str = "e324ea6132f538499ecb8c76e08fe2a0157d21655cce5dbcca8d826dcad7bdcd";
+
+    #[test]
+    fn hashed_tokens_match_their_secret() {
+        assert_eq!(token_sha256_hex(HASHED_SECRET), HASHED_HEX);
+        let tokens = Tokens::parse(&format!(
+            "write sha256:{HASHED_HEX} ci\nread 0123456789abcdef-plain\n"
+        ))
+        .unwrap();
+        let writer = tokens.find(HASHED_SECRET).unwrap();
+        assert_eq!(
+            (writer.scope, writer.name.as_deref()),
+            (Scope::Write, Some("ci"))
+        );
+        // The hash itself is not the token, nor is the file's text.
+        assert!(tokens.find(HASHED_HEX).is_none());
+        assert!(tokens.find(&format!("sha256:{HASHED_HEX}")).is_none());
+        assert!(tokens.find("0123456789abcdef-hashe").is_none());
+        assert!(tokens.find("0123456789abcdef-hashed ").is_none());
+        // Plaintext lines keep working beside hashed ones.
+        assert_eq!(
+            tokens.find("0123456789abcdef-plain").unwrap().scope,
+            Scope::Read
+        );
+        // The `<token> <scope>` order takes a hash too.
+        let reversed = Tokens::parse(&format!("sha256:{HASHED_HEX} read")).unwrap();
+        assert_eq!(reversed.find(HASHED_SECRET).unwrap().scope, Scope::Read);
+    }
+
+    #[test]
+    fn uppercase_hex_is_accepted() {
+        let upper = HASHED_HEX.to_ascii_uppercase();
+        assert_ne!(upper, HASHED_HEX);
+        let tokens = Tokens::parse(&format!("read sha256:{upper}")).unwrap();
+        assert_eq!(tokens.find(HASHED_SECRET).unwrap().scope, Scope::Read);
+        assert!(tokens.find(&upper).is_none());
+    }
+
+    #[test]
+    fn malformed_hashes_are_refused_with_their_line() {
+        let short = &HASHED_HEX[..63];
+        let long = format!("{HASHED_HEX}0");
+        let not_hex = format!("{}g", &HASHED_HEX[..63]);
+        for (value, why) in [
+            ("", "found 0"),
+            (short, "found 63"),
+            (long.as_str(), "found 65"),
+            (not_hex.as_str(), "'g', not a hex digit"),
+            ("zz", "'z', not a hex digit"),
+        ] {
+            let text = format!("# ci\nread 0123456789abcdef-plain\n\nwrite sha256:{value} ci\n");
+            let err = Tokens::parse(&text).unwrap_err().to_string();
+            assert!(err.starts_with("token file line 4: "), "{err}");
+            assert!(err.contains("64 hex digits"), "{err}");
+            assert!(err.contains(why), "{value}: {err}");
+        }
     }
 
     #[test]

@@ -6,6 +6,8 @@
 mod hardening;
 #[path = "http/support.rs"]
 mod support;
+#[path = "http/tokens.rs"]
+mod tokens;
 
 use reqwest::{Method, StatusCode};
 use serde_json::{Value, json};

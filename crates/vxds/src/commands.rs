@@ -4,6 +4,7 @@
 pub mod apply;
 pub mod export;
 pub mod resolve;
+pub mod token;
 pub mod validate;
 
 use std::io::Write;

@@ -51,6 +51,9 @@ enum Command {
     Export(commands::export::ExportArgs),
     /// Show the variant a client with these parameters receives, and why.
     Resolve(commands::resolve::ResolveArgs),
+    /// Admin API tokens.
+    #[command(subcommand)]
+    Token(commands::token::TokenCommand),
     /// Print the admin API's OpenAPI document (as checked in at api/openapi.yaml).
     Openapi,
 }
@@ -101,6 +104,7 @@ fn main() -> ExitCode {
             Command::Validate(args) => commands::validate::run(args),
             Command::Export(args) => commands::export::run(args).await,
             Command::Resolve(args) => commands::resolve::run(args).await,
+            Command::Token(command) => commands::token::run(command),
             Command::Openapi => {
                 commands::out(&vxds_admin::openapi_yaml());
                 Ok(ExitCode::SUCCESS)

@@ -29,7 +29,8 @@ pub struct ServeArgs {
     #[arg(long)]
     pub no_migrate: bool,
     /// Bearer tokens for the admin API, one per line: `read <token> [name]` or
-    /// `write <token> [name]`. Required when the admin API listens beyond loopback.
+    /// `write <token> [name]`, the token in plaintext or as `sha256:<hex>` (what
+    /// `vxds token create` prints). Required when the admin API listens beyond loopback.
     #[arg(long, env = "VXDS_ADMIN_TOKEN_FILE")]
     pub admin_token_file: Option<PathBuf>,
     /// Names (comma-separated `name` or `name:port`; `*` for any) clients may reach the admin

@@ -302,6 +302,67 @@ fn apply_and_resolve_against_a_running_server_with_tokens() {
     );
 }
 
+/// `vxds token create` prints a random token and a token-file line holding its SHA-256 (checked
+/// here with `sha2`, not the server's code), and a server loading those lines accepts the token
+/// with the scope asked for.
+#[test]
+fn token_create_prints_a_token_and_its_hashed_line() {
+    use base64::Engine;
+    use sha2::{Digest, Sha256};
+
+    let create = |scope: &str, name: &str| {
+        let output = run(&["token", "create", "--scope", scope, "--name", name]);
+        assert!(output.status.success(), "{}", stderr(&output));
+        let text = stdout(&output);
+        let lines: Vec<&str> = text.lines().collect();
+        assert_eq!(lines.len(), 2, "{text}");
+        let (token, line) = (lines[0].to_owned(), lines[1].to_owned());
+        let secret = base64::engine::general_purpose::URL_SAFE_NO_PAD
+            .decode(&token)
+            .unwrap();
+        assert_eq!(secret.len(), 32);
+        let hex: String = Sha256::digest(token.as_bytes())
+            .iter()
+            .map(|b| format!("{b:02x}"))
+            .collect();
+        assert_eq!(line, format!("{scope} sha256:{hex} {name}"));
+        assert!(!line.contains(&token));
+        (token, line)
+    };
+    let (writer, write_line) = create("write", "ci-bot");
+    let (reader, read_line) = create("read", "dashboard");
+    assert_ne!(writer, reader);
+
+    let refused = run(&["token", "create", "--scope", "admin", "--name", "x"]);
+    assert_eq!(refused.status.code(), Some(2));
+    let spaced = run(&["token", "create", "--scope", "read", "--name", "a b"]);
+    assert_eq!(spaced.status.code(), Some(2));
+    assert!(stderr(&spaced).contains("one word"), "{}", stderr(&spaced));
+
+    let dir = tempfile::tempdir().unwrap();
+    let tokens = dir.path().join("tokens");
+    std::fs::write(&tokens, format!("{write_line}\n{read_line}\n")).unwrap();
+    let server = Server::start(&["--admin-token-file", tokens.to_str().unwrap()]);
+    let fixtures = fixtures();
+    let f = fixtures.to_str().unwrap();
+    let apply = |token: &str| run(&["apply", "-f", f, "--server", &server.base, "--token", token]);
+    let as_reader = apply(&reader);
+    assert!(
+        stderr(&as_reader).contains("HTTP 403"),
+        "{}",
+        stderr(&as_reader)
+    );
+    let as_hash = apply(&write_line.split(' ').nth(1).unwrap()["sha256:".len()..]);
+    assert!(
+        stderr(&as_hash).contains("HTTP 401"),
+        "{}",
+        stderr(&as_hash)
+    );
+    let as_writer = apply(&writer);
+    assert!(as_writer.status.success(), "{}", stderr(&as_writer));
+    assert!(stdout(&as_writer).starts_with("revision 1: "));
+}
+
 #[test]
 fn serve_refuses_an_open_admin_address_without_tokens() {
     let output = run(&[

@@ -1,0 +1,69 @@
+//! `vxds token create --scope read|write --name NAME`: a new random admin API token, printed
+//! once, and the line for the token file, which holds only the token's SHA-256.
+
+use std::process::ExitCode;
+
+use base64::Engine;
+use base64::engine::general_purpose::URL_SAFE_NO_PAD;
+use clap::{Args, Subcommand, ValueEnum};
+
+#[derive(Debug, Subcommand)]
+pub enum TokenCommand {
+    /// Print a new random token (once) and its hashed line for `--admin-token-file`.
+    Create(CreateArgs),
+}
+
+#[derive(Debug, Args)]
+pub struct CreateArgs {
+    /// What the token may do: `read`, or `write` (which reads too).
+    #[arg(long, value_enum)]
+    scope: TokenScope,
+    /// The name recorded as the author of the revisions the token writes: one word.
+    #[arg(long, value_parser = parse_name)]
+    name: String,
+}
+
+#[derive(Clone, Copy, Debug, ValueEnum)]
+enum TokenScope {
+    Read,
+    Write,
+}
+
+fn parse_name(name: &str) -> Result<String, String> {
+    if name.is_empty() || name.chars().any(char::is_whitespace) || name.starts_with('#') {
+        return Err("a token name is one word, without spaces, not starting with `#`".into());
+    }
+    Ok(name.to_owned())
+}
+
+pub fn run(command: TokenCommand) -> anyhow::Result<ExitCode> {
+    match command {
+        TokenCommand::Create(args) => create(args),
+    }
+}
+
+fn create(args: CreateArgs) -> anyhow::Result<ExitCode> {
+    let mut secret = [0u8; 32];
+    getrandom::fill(&mut secret)
+        .map_err(|e| anyhow::anyhow!("reading the operating system's random numbers: {e}"))?;
+    let token = URL_SAFE_NO_PAD.encode(secret);
+    let scope = match args.scope {
+        TokenScope::Read => "read",
+        TokenScope::Write => "write",
+    };
+    let line = format!(
+        "{scope} {}{} {}",
+        vxds_admin::auth::SHA256_PREFIX,
+        vxds_admin::auth::token_sha256_hex(&token),
+        args.name
+    );
+    // The line must be one the server loads and that matches the token.
+    let loaded = vxds_admin::Tokens::parse(&line)?;
+    anyhow::ensure!(loaded.len() == 1, "the token file line did not load");
+    eprintln!(
+        "The first line is the token: it is shown only this once, and the server does not keep \
+         it. Add the second line to the admin token file (--admin-token-file)."
+    );
+    super::out(&format!("{token}\n{line}\n"));
+    Ok(ExitCode::SUCCESS)
+}
