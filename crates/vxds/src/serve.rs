@@ -42,6 +42,10 @@ pub struct ServeArgs {
     /// admin API; writes from other origins than the server's own are refused (403).
     #[arg(long, env = "VXDS_ADMIN_ALLOWED_ORIGINS", value_delimiter = ',')]
     pub admin_allowed_origins: Vec<String>,
+    /// How long an admin client may take to send a request's headers; one that trickles them
+    /// (slowloris) is disconnected. Bodies must arrive within 30 s.
+    #[arg(long, env = "VXDS_ADMIN_HEADER_TIMEOUT", default_value = "10s", value_parser = humantime::parse_duration)]
+    pub admin_header_timeout: std::time::Duration,
     /// Largest admin request body, in bytes.
     #[arg(long, env = "VXDS_ADMIN_BODY_LIMIT", default_value_t = DEFAULT_BODY_LIMIT)]
     pub admin_body_limit: usize,
@@ -163,8 +167,12 @@ pub async fn run(args: ServeArgs) -> anyhow::Result<ExitCode> {
         shutdown.await;
         let _ = stop.send(true);
     });
-    let admin_server = axum::serve(admin, vxds_admin::router(state))
-        .with_graceful_shutdown(until_stopped(stopped.clone()));
+    let admin_server = serve_admin(
+        admin,
+        vxds_admin::router(state),
+        args.admin_header_timeout,
+        until_stopped(stopped.clone()),
+    );
     let xds_server = xds.serve(xds_listener, until_stopped(stopped.clone()));
     let servers = async { tokio::join!(admin_server, xds_server) };
     // Graceful, within a deadline: a client that never reads must not keep the process up.
@@ -187,6 +195,55 @@ pub async fn run(args: ServeArgs) -> anyhow::Result<ExitCode> {
     follower.abort();
     store.close().await;
     Ok(ExitCode::SUCCESS)
+}
+
+/// The admin API, as `axum::serve` would run it, with a header read timeout (axum sets no
+/// timer, so hyper enforces none), until `stop`; then open connections finish gracefully.
+async fn serve_admin(
+    listener: TcpListener,
+    app: axum::Router,
+    header_read_timeout: std::time::Duration,
+    stop: impl std::future::Future<Output = ()>,
+) -> std::io::Result<()> {
+    use hyper_util::rt::{TokioExecutor, TokioIo, TokioTimer};
+    use hyper_util::server::conn::auto::Builder;
+    use hyper_util::server::graceful::GracefulShutdown;
+    use hyper_util::service::TowerToHyperService;
+
+    let mut builder = Builder::new(TokioExecutor::new());
+    builder
+        .http1()
+        .timer(TokioTimer::new())
+        .header_read_timeout(header_read_timeout);
+    let graceful = GracefulShutdown::new();
+    tokio::pin!(stop);
+    loop {
+        let stream = tokio::select! {
+            accepted = listener.accept() => match accepted {
+                Ok((stream, _)) => stream,
+                Err(e) => {
+                    // Out of file descriptors and the like: wait a moment, keep serving.
+                    tracing::warn!(error = %e, "accepting an admin connection failed");
+                    tokio::time::sleep(std::time::Duration::from_millis(50)).await;
+                    continue;
+                }
+            },
+            () = &mut stop => break,
+        };
+        let service = TowerToHyperService::new(app.clone());
+        let connection = builder
+            .serve_connection_with_upgrades(TokioIo::new(stream), service)
+            .into_owned();
+        let connection = graceful.watch(connection);
+        tokio::spawn(async move {
+            if let Err(e) = connection.await {
+                tracing::debug!(error = %e, "admin connection ended with an error");
+            }
+        });
+    }
+    drop(listener);
+    graceful.shutdown().await;
+    Ok(())
 }
 
 /// A future that resolves on SIGTERM or SIGINT (Ctrl-C). The handlers are installed now, not

@@ -401,3 +401,38 @@ fn serve_stops_gracefully_on_sigterm() {
         std::thread::sleep(Duration::from_millis(50));
     }
 }
+
+/// A client that trickles its request headers (slowloris) is disconnected once the header
+/// timeout passes; a prompt client on another connection is served meanwhile.
+#[test]
+fn the_admin_api_cuts_off_clients_that_trickle_headers() {
+    use std::io::{Read, Write};
+    let server = Server::start(&["--admin-header-timeout", "1s"]);
+    let address = server.base.trim_start_matches("http://").to_owned();
+    let mut slow = std::net::TcpStream::connect(&address).unwrap();
+    slow.write_all(b"GET /healthz HTTP/1.1\r\nHost: 127.0.0.1\r\n")
+        .unwrap();
+    slow.set_read_timeout(Some(Duration::from_secs(8))).unwrap();
+    let started = Instant::now();
+    // A prompt client is not held up by the slow one.
+    let mut prompt = std::net::TcpStream::connect(&address).unwrap();
+    prompt
+        .write_all(b"GET /healthz HTTP/1.1\r\nHost: 127.0.0.1\r\nConnection: close\r\n\r\n")
+        .unwrap();
+    let mut answer = String::new();
+    prompt.read_to_string(&mut answer).unwrap();
+    assert!(answer.starts_with("HTTP/1.1 200"), "{answer}");
+    // The slow one gets its connection closed (possibly after a 408), not kept forever.
+    let mut rest = Vec::new();
+    let read = slow.read_to_end(&mut rest);
+    assert!(
+        read.is_ok(),
+        "the connection was still open after 8 s: {read:?}"
+    );
+    assert!(started.elapsed() < Duration::from_secs(8));
+    let text = String::from_utf8_lossy(&rest);
+    assert!(
+        text.is_empty() || text.starts_with("HTTP/1.1 408"),
+        "{text}"
+    );
+}
