@@ -262,6 +262,11 @@ async fn apply(client: &reqwest::Client, admin: &str, ops: Vec<Value>) {
     );
 }
 
+/// GETs `url` and reads its JSON body.
+async fn get_json(client: &reqwest::Client, url: &str) -> Value {
+    client.get(url).send().await.unwrap().json().await.unwrap()
+}
+
 /// GETs through an Envoy until its answer carries `variant`.
 async fn wait_for_variant(client: &reqwest::Client, port: u16, variant: &str) -> String {
     let deadline = Instant::now() + WAIT;
@@ -323,14 +328,7 @@ async fn two_envoys_get_their_variants(prod_ads: Ads, test_ads: Ads) {
     wait_for_variant(&client, port_b, "test-2").await;
 
     // The operator's view: both Envoys, their parameters, and what they acknowledged.
-    let clients: Value = client
-        .get(format!("{admin}/v1/clients"))
-        .send()
-        .await
-        .unwrap()
-        .json()
-        .await
-        .unwrap();
+    let clients = get_json(&client, &format!("{admin}/v1/clients")).await;
     let nodes: Vec<&str> = clients["clients"]
         .as_array()
         .unwrap()

@@ -61,16 +61,11 @@ async fn get(client: &reqwest::Client, port: u16, path: &str, cluster: Option<&s
 
 /// The dynamic clusters an Envoy holds, from its `/config_dump`.
 async fn envoy_clusters(client: &reqwest::Client, admin_port: u16) -> Vec<String> {
-    let dump: Value = client
-        .get(format!(
-            "http://127.0.0.1:{admin_port}/config_dump?resource=dynamic_active_clusters"
-        ))
-        .send()
-        .await
-        .unwrap()
-        .json()
-        .await
-        .unwrap();
+    let dump = get_json(
+        client,
+        &format!("http://127.0.0.1:{admin_port}/config_dump?resource=dynamic_active_clusters"),
+    )
+    .await;
     let mut names: Vec<String> = dump["configs"]
         .as_array()
         .into_iter()
@@ -118,14 +113,7 @@ async fn delta_envoy_keeps_its_wildcard_clusters_through_on_demand_cds() {
     assert_ne!(status, 200);
     let deadline = Instant::now() + WAIT;
     loop {
-        let clients: Value = client
-            .get(format!("{admin}/v1/clients"))
-            .send()
-            .await
-            .unwrap()
-            .json()
-            .await
-            .unwrap();
+        let clients = get_json(&client, &format!("{admin}/v1/clients")).await;
         let cds = clients["clients"][0]["types"]
             .as_array()
             .unwrap()
@@ -221,14 +209,7 @@ async fn delta_envoy_rides_out_an_xds_reconnect_and_is_not_sent_its_resources_ag
     // Envoy reconnects with what it holds; the server sends none of it again.
     let deadline = Instant::now() + WAIT;
     let acked_types = loop {
-        let clients: Value = client
-            .get(format!("{}/v1/clients", again.admin_url))
-            .send()
-            .await
-            .unwrap()
-            .json()
-            .await
-            .unwrap();
+        let clients = get_json(&client, &format!("{}/v1/clients", again.admin_url)).await;
         let types = clients["clients"]
             .as_array()
             .and_then(|c| c.first())
