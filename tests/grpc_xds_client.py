@@ -6,7 +6,14 @@ migration path). Two backends answer with their own names; the `env = "prod"` va
 route sends traffic to backend A, the other variant to B. The client, whose node says
 env=prod, must land on A, and follow an update through the REST API to B.
 
-Usage: grpc_xds_client.py ADMIN_URL XDS_PORT. Exits 0 on success; prints why otherwise.
+With CERT_DIR and CLIENT, the client speaks mutual TLS (A65: bootstrap `channel_creds` of type
+`tls` with certificate files from `vxds dev-certs`), and vxds runs with an identity template:
+the route variants are keyed on `namespace`, the client's node metadata claims the namespace
+`bank`, and its certificate says `shop`. It must land on the `shop` variant: trusted parameters
+win over what a client claims.
+
+Usage: grpc_xds_client.py ADMIN_URL XDS_PORT [CERT_DIR CLIENT]. Exits 0 on success; prints why
+otherwise.
 """
 
 import json
@@ -49,7 +56,12 @@ def call(admin, method, path, body):
         return json.loads(response.read() or b"null")
 
 
-def route_variants(prod_cluster, other_cluster):
+# What picks the variant: (key, the value of the variant that routes to A, what the node claims).
+PLAIN = ("env", "prod", "prod")
+MTLS = ("namespace", "shop", "bank")
+
+
+def route_variants(prod_cluster, other_cluster, key, value):
     def variant(constraints, cluster):
         return {
             "constraints": constraints,
@@ -66,7 +78,7 @@ def route_variants(prod_cluster, other_cluster):
             },
         }
 
-    return [variant('env = "prod"', prod_cluster), variant('env != "prod"', other_cluster)]
+    return [variant(f'{key} = "{value}"', prod_cluster), variant(f'{key} != "{value}"', other_cluster)]
 
 
 def cluster_ops(name, port):
@@ -120,6 +132,8 @@ def cluster_ops(name, port):
 
 def main():
     admin, xds_port = sys.argv[1], int(sys.argv[2])
+    mtls = len(sys.argv) > 4
+    key, value, claim = MTLS if mtls else PLAIN
     backend_a, port_a = start_backend("A")
     backend_b, port_b = start_backend("B")
     listener = {
@@ -150,14 +164,23 @@ def main():
         ],
     }
     ops = cluster_ops("backend-a", port_a) + cluster_ops("backend-b", port_b)
-    ops += [listener, {"op": "put", "type": "route", "name": "grpc_route", "variants": route_variants("backend-a", "backend-b")}]
+    ops += [listener, {"op": "put", "type": "route", "name": "grpc_route", "variants": route_variants("backend-a", "backend-b", key, value)}]
     call(admin, "POST", "/v1/changesets", {"operations": ops})
 
+    creds = {"type": "insecure"}
+    if mtls:
+        certs, client = sys.argv[3], sys.argv[4]
+        creds = {
+            "type": "tls",
+            "config": {
+                "ca_certificate_file": os.path.join(certs, "ca.pem"),
+                "certificate_file": os.path.join(certs, f"{client}.pem"),
+                "private_key_file": os.path.join(certs, f"{client}.key"),
+            },
+        }
     bootstrap = {
-        "xds_servers": [
-            {"server_uri": f"127.0.0.1:{xds_port}", "channel_creds": [{"type": "insecure"}], "server_features": ["xds_v3"]}
-        ],
-        "node": {"id": "grpc-prod", "cluster": "e2e", "metadata": {"env": "prod"}},
+        "xds_servers": [{"server_uri": f"127.0.0.1:{xds_port}", "channel_creds": [creds], "server_features": ["xds_v3"]}],
+        "node": {"id": "grpc-prod", "cluster": "e2e", "metadata": {key: claim}},
     }
     with tempfile.NamedTemporaryFile("w", suffix=".json", delete=False) as f:
         json.dump(bootstrap, f)
@@ -181,7 +204,7 @@ def main():
 
     wait_for("A")
     # The prod variant now routes to B: the client follows, nothing restarts.
-    call(admin, "PUT", "/v1/resources/route/grpc_route", {"variants": route_variants("backend-b", "backend-a")})
+    call(admin, "PUT", "/v1/resources/route/grpc_route", {"variants": route_variants("backend-b", "backend-a", key, value)})
     wait_for("B")
     channel.close()
     backend_a.stop(0)

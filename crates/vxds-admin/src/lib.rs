@@ -53,6 +53,8 @@ pub struct AdminState {
     pub clients: Option<Arc<vxds_xds::Registry>>,
     /// The `Host` names and `Origin`s requests may come with.
     pub origins: Arc<OriginPolicy>,
+    /// The xDS server's identity template, for `/v1/resolve` with an identity.
+    pub identity_template: Option<Arc<vxds_core::IdentityTemplate>>,
     openapi_json: Arc<serde_json::Value>,
 }
 
@@ -78,6 +80,7 @@ impl AdminState {
             body_limit,
             clients: None,
             origins: Arc::new(OriginPolicy::default()),
+            identity_template: None,
             openapi_json: Arc::new(openapi_json),
         }
     }
@@ -85,6 +88,12 @@ impl AdminState {
     /// Answers to these hosts and origins instead of loopback names only.
     pub fn with_origin_policy(mut self, policy: OriginPolicy) -> Self {
         self.origins = Arc::new(policy);
+        self
+    }
+
+    /// The identity template the xDS server applies, so that `/v1/resolve` can too.
+    pub fn with_identity_template(mut self, template: Option<vxds_core::IdentityTemplate>) -> Self {
+        self.identity_template = template.map(Arc::new);
         self
     }
 

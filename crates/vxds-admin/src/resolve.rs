@@ -16,7 +16,7 @@ use vxds_envoy::resource::Body;
 
 use crate::AdminState;
 use crate::body::Payload;
-use crate::problem::{ApiError, ProblemBody};
+use crate::problem::{ApiError, ProblemBody, ProblemItem};
 use crate::resources::{name_param, type_param};
 
 #[derive(Debug, Deserialize, ToSchema)]
@@ -33,6 +33,11 @@ pub struct ResolveRequest {
     /// The client's dynamic parameters.
     #[serde(default)]
     pub params: BTreeMap<String, String>,
+    /// The client certificate's identity (a SPIFFE ID, or a DNS name). With an identity
+    /// template (`--xds-identity-template`), the parameters it gives override `params`, as
+    /// the xDS server does.
+    #[serde(default)]
+    pub identity: Option<String>,
 }
 
 #[derive(Debug, Serialize, ToSchema)]
@@ -70,6 +75,51 @@ pub struct ResolveResponse {
     pub ignored_params: Vec<String>,
     /// Every variant and whether it matches.
     pub variants: Vec<ConsideredVariant>,
+    /// The parameters the answer used: the request's, with the identity's trusted ones imposed.
+    pub params: BTreeMap<String, String>,
+    /// Where each parameter came from: `request`, or `identity` (trusted).
+    pub param_sources: BTreeMap<String, &'static str>,
+}
+
+/// The request's parameters with the identity's trusted ones imposed, and where each came
+/// from; the same rule the xDS server applies.
+fn effective_params(
+    request: &ResolveRequest,
+    template: Option<&vxds_core::IdentityTemplate>,
+) -> Result<(ParamSet, BTreeMap<String, &'static str>), ApiError> {
+    let mut sources: BTreeMap<String, &'static str> = request
+        .params
+        .keys()
+        .map(|k| (k.clone(), "request"))
+        .collect();
+    let Some(identity) = &request.identity else {
+        return Ok((request.params.clone().into(), sources));
+    };
+    let refuse = |code: &str, message: String| ApiError::BadRequest {
+        detail: message.clone(),
+        errors: vec![ProblemItem::new("/identity", code, message)],
+    };
+    let Some(template) = template else {
+        return Err(refuse(
+            "no_identity_template",
+            "this server has no identity template (--xds-identity-template): identities give \
+             no parameters"
+                .into(),
+        ));
+    };
+    let trusted = template.trusted_params(Some(identity)).map_err(|e| {
+        refuse(
+            "identity_refused",
+            format!("{e}: the xDS server refuses such a client (PERMISSION_DENIED)"),
+        )
+    })?;
+    for (key, _) in trusted.iter() {
+        sources.insert(key.to_owned(), "identity");
+    }
+    Ok((
+        vxds_core::overlay_trusted(request.params.clone().into(), &trusted),
+        sources,
+    ))
 }
 
 /// Which variant a client with these dynamic parameters receives, and why.
@@ -111,14 +161,14 @@ pub async fn resolve(
             ty.alias().unwrap_or(ty.message_name())
         )));
     };
-    let params: ParamSet = request.params.clone().into();
+    let (params, param_sources) = effective_params(&request, state.identity_template.as_deref())?;
     let constrained = resource.matcher.keys();
     let decisive: BTreeMap<String, Option<String>> = constrained
         .iter()
-        .map(|k| (k.clone(), request.params.get(k).cloned()))
+        .map(|k| (k.clone(), params.0.get(k).cloned()))
         .collect();
-    let ignored: Vec<String> = request
-        .params
+    let ignored: Vec<String> = params
+        .0
         .keys()
         .filter(|k| !constrained.contains(k))
         .cloned()
@@ -173,5 +223,7 @@ pub async fn resolve(
         decisive_params: decisive,
         ignored_params: ignored,
         variants: considered,
+        params: params.0,
+        param_sources,
     }))
 }

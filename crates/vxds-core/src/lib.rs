@@ -6,14 +6,17 @@
 //!   witness), the coverage report, and the matcher that picks a subscriber's variant.
 //! - [`xdstp`]: TP1 `xdstp://` resource names: parsing, normal form, type checks and globs.
 //! - [`params`]: dynamic parameter sets as clients send them.
+//! - [`identity`]: identity templates that turn a certificate identity into trusted parameters.
 //!
 //! Nothing here touches tokio, sqlx, axum or tonic; the protobuf edge lives in `vxds-envoy`.
 #![forbid(unsafe_code)]
 
 pub mod constraints;
+pub mod identity;
 pub mod params;
 pub mod variants;
 pub mod xdstp;
 
 pub use constraints::{CanonicalConstraints, Constraint, Constraints, ConstraintsId, Limits};
+pub use identity::{IdentityMismatch, IdentityTemplate, TemplateError, overlay_trusted};
 pub use params::{ParamSet, Params};

@@ -17,7 +17,7 @@ use vxds_core::{CanonicalConstraints, Constraints, Limits, ParamSet};
 
 use crate::constraints::constraints_from_json;
 use crate::pointer::Pointer;
-use crate::resource::{Body, CLUSTER, ResourceType, content_hash};
+use crate::resource::{Body, CLUSTER, ResourceType, SECRET, content_hash};
 use crate::rules::{self, GraphProblem};
 
 mod precondition;
@@ -206,6 +206,10 @@ pub struct ValidationConfig {
     /// xdstp authorities this server serves; empty allows any.
     pub authorities: Vec<String>,
     pub max_operations: usize,
+    /// Parameter keys the xDS server takes from client certificates (the identity template's
+    /// placeholders). A secret with a variant that constrains none of them reaches any client
+    /// whatever its identity: a warning.
+    pub trusted_keys: Vec<String>,
 }
 
 impl Default for ValidationConfig {
@@ -215,6 +219,7 @@ impl Default for ValidationConfig {
             variant_limits: VariantLimits::DEFAULT,
             authorities: Vec::new(),
             max_operations: 10_000,
+            trusted_keys: Vec::new(),
         }
     }
 }
@@ -690,6 +695,9 @@ impl Validator<'_> {
             .collect();
         if let Some(canonical) = &canonical {
             self.variant_set(canonical, i, &variants_at);
+            if ty.message_name() == SECRET {
+                self.secret_access(canonical, i, &variants_at);
+            }
         }
         if self.errors.len() > errors_before {
             return None;
@@ -842,6 +850,33 @@ impl Validator<'_> {
             aggregate = report.aggregate_children;
         }
         ok.then_some((body, aggregate))
+    }
+
+    /// With trusted keys configured, a secret's variants should each be keyed on one: the
+    /// others are served to any client that asks, whoever it is.
+    fn secret_access(&mut self, variants: &[CanonicalConstraints], i: usize, at: &Pointer) {
+        let trusted = &self.config.trusted_keys;
+        if trusted.is_empty() {
+            return;
+        }
+        for (j, constraints) in variants.iter().enumerate() {
+            let keys = constraints.keys();
+            if trusted.iter().any(|k| keys.contains(k.as_str())) {
+                continue;
+            }
+            self.warnings.push(
+                Problem::new(
+                    at.push(j).push("constraints"),
+                    "untrusted_secret_variant",
+                    format!(
+                        "variant {j} of this secret constrains none of the keys client \
+                         certificates vouch for ({}), so any client can obtain it",
+                        trusted.join(", ")
+                    ),
+                )
+                .at(i, Some(j)),
+            );
+        }
     }
 
     fn variant_set(&mut self, variants: &[CanonicalConstraints], i: usize, at: &Pointer) {
@@ -1138,6 +1173,40 @@ mod tests {
         )])
         .unwrap();
         assert_eq!(dead.warnings[0].code, "never_matches");
+    }
+
+    #[test]
+    fn secrets_not_keyed_on_a_trusted_key_are_flagged() {
+        let secret = |name: &str| json!({"@type": "type.googleapis.com/envoy.extensions.transport_sockets.tls.v3.Secret", "name": name});
+        let request = ChangesetRequest {
+            operations: vec![
+                put(
+                    "secret",
+                    "tls",
+                    vec![
+                        (json!(r#"namespace = "shop""#), secret("tls")),
+                        (json!(r#"namespace != "shop""#), secret("tls")),
+                    ],
+                ),
+                put("secret", "open", vec![(json!(null), secret("open"))]),
+            ],
+            ..Default::default()
+        };
+        let config = ValidationConfig {
+            trusted_keys: vec!["namespace".into()],
+            ..Default::default()
+        };
+        let validated = validate(&request, &config).unwrap();
+        let flagged: Vec<&str> = validated
+            .warnings
+            .iter()
+            .map(|w| w.pointer.as_str())
+            .collect();
+        assert_eq!(flagged, ["/operations/1/variants/0/constraints"]);
+        assert_eq!(validated.warnings[0].code, "untrusted_secret_variant");
+        // Without a template nothing is trusted, and nothing is flagged.
+        let plain = validate(&request, &ValidationConfig::default()).unwrap();
+        assert!(plain.warnings.is_empty(), "{:?}", plain.warnings);
     }
 
     #[test]

@@ -36,6 +36,7 @@ pub const ALIASES: [(&str, &str); 9] = [
 ];
 
 pub const CLUSTER: &str = "envoy.config.cluster.v3.Cluster";
+pub const SECRET: &str = "envoy.extensions.transport_sockets.tls.v3.Secret";
 pub const LISTENER: &str = "envoy.config.listener.v3.Listener";
 pub const ROUTE_CONFIGURATION: &str = "envoy.config.route.v3.RouteConfiguration";
 pub const CLUSTER_LOAD_ASSIGNMENT: &str = "envoy.config.endpoint.v3.ClusterLoadAssignment";

@@ -12,7 +12,7 @@ use std::process::{Child, Command, Stdio};
 #[derive(Debug)]
 pub struct ServeProcess {
     pub child: Child,
-    /// The admin API, e.g. `http://127.0.0.1:41234`.
+    /// The admin API, e.g. `http://127.0.0.1:41234` (`https://` when it serves TLS).
     pub admin_url: String,
     pub xds_addr: SocketAddr,
     /// The server's log (stderr).
@@ -58,6 +58,7 @@ impl ServeProcess {
             .ok_or_else(|| io::Error::other("vxds serve has no stderr"))?;
         let mut lines = BufReader::new(stderr).lines();
         let (mut admin, mut xds) = (None, None);
+        let mut scheme = "http";
         while admin.is_none() || xds.is_none() {
             let Some(line) = lines.next() else {
                 let _ = child.wait();
@@ -70,6 +71,9 @@ impl ServeProcess {
             writeln!(file, "{line}")?;
             let addr = line.split("addr=").nth(1).map(|a| a.trim().to_owned());
             if line.contains("admin API listening") {
+                if line.contains("scheme=\"https\"") || line.contains("scheme=https") {
+                    scheme = "https";
+                }
                 admin = addr;
             } else if line.contains("xDS server listening") {
                 xds = addr;
@@ -87,7 +91,7 @@ impl ServeProcess {
             .map_err(|e| io::Error::other(format!("the xDS address in the log: {e}")))?;
         Ok(ServeProcess {
             child,
-            admin_url: format!("http://{}", admin.unwrap_or_default()),
+            admin_url: format!("{scheme}://{}", admin.unwrap_or_default()),
             xds_addr,
             log,
         })

@@ -32,7 +32,7 @@ use tokio_stream::wrappers::TcpListenerStream;
 use vxds_envoy::pb::envoy::service::status::v3::client_status_discovery_service_server::ClientStatusDiscoveryServiceServer;
 use vxds_store::Index;
 
-pub use identity::PeerIdentity;
+pub use identity::{PeerIdentity, PeerInfo};
 pub use machine::MachineConfig;
 pub use metrics::XdsMetrics;
 pub use registry::Registry;
@@ -53,6 +53,9 @@ pub struct XdsConfig {
     pub csds: bool,
     /// Concurrent streams one HTTP/2 connection may open.
     pub max_concurrent_streams: u32,
+    /// Turns a client certificate's identity into trusted parameters; clients it does not
+    /// fit are refused. Needs connections that carry [`PeerInfo`] (mutual TLS).
+    pub identity_template: Option<vxds_core::IdentityTemplate>,
 }
 
 impl Default for XdsConfig {
@@ -66,6 +69,7 @@ impl Default for XdsConfig {
             csds: true,
             // Envoy and gRPC open one ADS stream per connection; per-type services a few.
             max_concurrent_streams: 64,
+            identity_template: None,
         }
     }
 }
@@ -111,6 +115,7 @@ impl XdsServer {
             queue_depth: config.queue_depth.max(1),
             csds: config.csds,
             max_concurrent_streams: config.max_concurrent_streams.max(1),
+            identity_template: config.identity_template,
             closing: tokio::sync::watch::channel(false).0,
         });
         Self { shared, dispatcher }
@@ -142,13 +147,33 @@ impl XdsServer {
         )))
     }
 
-    /// Serves on `listener` until `shutdown` resolves; then open streams are ended with
-    /// `UNAVAILABLE` (clients reconnect) and the server finishes.
+    /// Serves on `listener` (plain TCP) until `shutdown` resolves; then open streams are ended
+    /// with `UNAVAILABLE` (clients reconnect) and the server finishes.
     pub async fn serve(
         &self,
         listener: TcpListener,
         shutdown: impl Future<Output = ()> + Send,
     ) -> Result<(), tonic::transport::Error> {
+        self.serve_incoming(TcpListenerStream::new(listener), shutdown)
+            .await
+    }
+
+    /// Like [`Self::serve`], on connections someone else accepts: the TLS listener's, whose
+    /// [`PeerInfo`] says who each client is.
+    pub async fn serve_incoming<IO, IE>(
+        &self,
+        incoming: impl tokio_stream::Stream<Item = Result<IO, IE>>,
+        shutdown: impl Future<Output = ()> + Send,
+    ) -> Result<(), tonic::transport::Error>
+    where
+        IO: tokio::io::AsyncRead
+            + tokio::io::AsyncWrite
+            + tonic::transport::server::Connected
+            + Unpin
+            + Send
+            + 'static,
+        IE: Into<Box<dyn std::error::Error + Send + Sync>>,
+    {
         let shared = self.shared.clone();
         let shutdown = async move {
             shutdown.await;
@@ -159,7 +184,7 @@ impl XdsServer {
             .http2_keepalive_interval(Some(std::time::Duration::from_secs(30)))
             .http2_keepalive_timeout(Some(std::time::Duration::from_secs(10)))
             .add_routes(self.routes())
-            .serve_with_incoming_shutdown(TcpListenerStream::new(listener), shutdown)
+            .serve_with_incoming_shutdown(incoming, shutdown)
             .await
     }
 }

@@ -11,7 +11,8 @@
 //!   spares re-sending what the client has; versions are content hashes; what is subscribed but
 //!   does not exist is reported in `removed_resources` (or `removed_resource_names`);
 //! - parameters come from the locator, else `node.dynamic_parameters[type_url]`, else the node
-//!   metadata fields configured; each subscription gets the one matching variant; locator
+//!   metadata fields configured; trusted parameters (the client certificate's identity)
+//!   override every source; each subscription gets the one matching variant; locator
 //!   subscriptions get it wrapped with its constraints, and a variant replaced by another is
 //!   removed and added in one response;
 //! - every poll works from one snapshot; additions and updates go out in make-before-break
@@ -37,7 +38,7 @@ pub use type_state::Interest;
 pub(crate) use type_state::Sent;
 use type_state::{Ack, HeldChanges, TypeState};
 
-use crate::params::{locator_params, node_params};
+use crate::params::{ParamSource, locator_params, node_params_from};
 use crate::status::{Acked, ClientStatus, Nacked, SentVersion, TypeStatus};
 use crate::types::{self, ServiceSpec, legacy_wildcard, push_rank};
 use crate::wire::{DeltaResponse, SotwResponse};
@@ -114,6 +115,8 @@ pub struct StreamMachine {
     types: BTreeMap<String, Box<TypeState>>,
     nonce: u64,
     status: Arc<Mutex<ClientStatus>>,
+    /// What the client's identity says; no source the client controls overrides these.
+    trusted: vxds_core::ParamSet,
 }
 
 fn now() -> String {
@@ -148,14 +151,56 @@ impl StreamMachine {
             types: BTreeMap::new(),
             nonce: 0,
             status: Arc::new(Mutex::new(status)),
+            trusted: vxds_core::ParamSet::new(),
         }
     }
 
-    /// Records who the transport says the client is (its certificate, on mutual TLS).
-    pub fn set_peer(&mut self, peer: Option<crate::identity::PeerIdentity>) {
+    /// Records who the transport says the client is (its certificate, on mutual TLS) and the
+    /// parameters its identity fixes. Called before the first request.
+    pub fn set_peer(
+        &mut self,
+        peer: Option<crate::identity::PeerIdentity>,
+        trusted: vxds_core::ParamSet,
+    ) {
         if let Ok(mut status) = self.status.lock() {
+            status.identity = peer.as_ref().and_then(|p| p.identity()).map(str::to_owned);
             status.peer = peer;
+            status.trusted_params = trusted.0.clone();
         }
+        self.trusted = trusted;
+    }
+
+    /// The parameters plain-name subscriptions of `type_url` resolve with.
+    fn default_params(&self, type_url: &str) -> vxds_core::ParamSet {
+        let (params, _) = node_params_from(
+            self.node.as_ref(),
+            type_url,
+            &self.config.node_metadata_params,
+        );
+        vxds_core::overlay_trusted(params, &self.trusted)
+    }
+
+    /// A locator's parameters, trusted ones imposed.
+    fn locator_params(
+        &self,
+        parameters: &std::collections::HashMap<String, String>,
+    ) -> vxds_core::ParamSet {
+        vxds_core::overlay_trusted(locator_params(parameters), &self.trusted)
+    }
+
+    /// Where each of `type_url`'s default parameters came from.
+    fn param_sources(&self, type_url: &str) -> BTreeMap<String, &'static str> {
+        let (params, source) = node_params_from(
+            self.node.as_ref(),
+            type_url,
+            &self.config.node_metadata_params,
+        );
+        let mut sources: BTreeMap<String, &'static str> =
+            params.0.into_keys().map(|k| (k, source.label())).collect();
+        for (key, _) in self.trusted.iter() {
+            sources.insert(key.to_owned(), ParamSource::Identity.label());
+        }
+        sources
     }
 
     /// The stream's status, shared with the registry for `/v1/clients` and CSDS.
@@ -203,11 +248,7 @@ impl StreamMachine {
         }
         let type_urls: Vec<String> = self.types.keys().cloned().collect();
         for type_url in type_urls {
-            let params = node_params(
-                self.node.as_ref(),
-                &type_url,
-                &self.config.node_metadata_params,
-            );
+            let params = self.default_params(&type_url);
             let changed = self
                 .types
                 .get_mut(&type_url)
@@ -251,11 +292,7 @@ impl StreamMachine {
                     self.config.max_types
                 )));
             }
-            let params = node_params(
-                self.node.as_ref(),
-                type_url,
-                &self.config.node_metadata_params,
-            );
+            let params = self.default_params(type_url);
             self.types.insert(
                 type_url.to_owned(),
                 Box::new(TypeState::new(type_url.to_owned(), params)),
@@ -281,6 +318,11 @@ impl StreamMachine {
         let type_url = self.type_url(&request.type_url)?.to_owned();
         let mut outcome = RequestOutcome::default();
         let status = self.status.clone();
+        let locators: Vec<(String, vxds_core::ParamSet)> = request
+            .resource_locators
+            .iter()
+            .map(|l| (l.name.clone(), self.locator_params(&l.dynamic_parameters)))
+            .collect();
         let ty = self.type_state(&type_url)?;
         if !request.response_nonce.is_empty() {
             // Not the latest response's nonce: a later response superseded what this request
@@ -310,11 +352,6 @@ impl StreamMachine {
                 );
             }
         }
-        let locators: Vec<(String, vxds_core::ParamSet)> = request
-            .resource_locators
-            .iter()
-            .map(|l| (l.name.clone(), locator_params(&l.dynamic_parameters)))
-            .collect();
         let first = !ty.seen_request;
         ty.seen_request = true;
         let wildcard_before = ty.wildcard();
@@ -347,6 +384,16 @@ impl StreamMachine {
         let type_url = self.type_url(&request.type_url)?.to_owned();
         let mut outcome = RequestOutcome::default();
         let status = self.status.clone();
+        let subscribe: Vec<(&str, vxds_core::ParamSet)> = request
+            .resource_locators_subscribe
+            .iter()
+            .map(|l| (l.name.as_str(), self.locator_params(&l.dynamic_parameters)))
+            .collect();
+        let unsubscribe: Vec<(&str, vxds_core::ParamSet)> = request
+            .resource_locators_unsubscribe
+            .iter()
+            .map(|l| (l.name.as_str(), self.locator_params(&l.dynamic_parameters)))
+            .collect();
         let ty = self.type_state(&type_url)?;
         if !request.response_nonce.is_empty()
             && let Some(ack) = ty.answer(
@@ -392,13 +439,12 @@ impl StreamMachine {
                 ty.resend(name, None);
             }
         }
-        for locator in &request.resource_locators_subscribe {
-            let params = locator_params(&locator.dynamic_parameters);
-            if !ty.is_subscribed(&locator.name, Some(&params)) {
-                ty.subscribe(&locator.name, Some(params.clone()));
+        for (name, params) in subscribe {
+            if !ty.is_subscribed(name, Some(&params)) {
+                ty.subscribe(name, Some(params.clone()));
             }
             if !first {
-                ty.resend(&locator.name, Some(&params));
+                ty.resend(name, Some(&params));
             }
         }
         for name in &request.resource_names_unsubscribe {
@@ -409,11 +455,8 @@ impl StreamMachine {
                 ty.unsubscribe(name, None);
             }
         }
-        for locator in &request.resource_locators_unsubscribe {
-            ty.unsubscribe(
-                &locator.name,
-                Some(locator_params(&locator.dynamic_parameters)),
-            );
+        for (name, params) in unsubscribe {
+            ty.unsubscribe(name, Some(params));
         }
         ty.release_if_unwatched();
         // Most requests are ACKs: the registry and the status are only touched on a change.
@@ -533,6 +576,7 @@ impl StreamMachine {
 
     /// Mirrors one type's state into the shared status.
     fn refresh_status(&mut self, type_url: &str, subscriptions: bool) {
+        let sources = subscriptions.then(|| self.param_sources(type_url));
         let Some(ty) = self.types.get_mut(type_url) else {
             return;
         };
@@ -543,6 +587,9 @@ impl StreamMachine {
         if subscriptions {
             entry.subscriptions = ty.describe_subscriptions();
             entry.params = ty.default_params.0.clone();
+        }
+        if let Some(sources) = sources {
+            entry.param_sources = sources;
         }
         match ty.take_held_changes() {
             HeldChanges::All => entry.resources = ty.held().collect(),

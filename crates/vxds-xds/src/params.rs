@@ -2,6 +2,7 @@
 //! a resource locator's own parameters; else `node.dynamic_parameters[type_url]` (what Envoy
 //! sends from its bootstrap); else the node metadata fields the server is told to read
 //! (`--node-metadata-params`; string values only), the migration path TP2 describes.
+//! Trusted parameters (from the client's certificate) then override all of them.
 
 use std::collections::HashMap;
 
@@ -9,22 +10,53 @@ use vxds_core::ParamSet;
 use vxds_envoy::pb::envoy::config::core::v3::Node;
 use vxds_envoy::pb::google::protobuf::value::Kind;
 
+/// Where a subscriber's parameter came from, for operators.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum ParamSource {
+    /// The client certificate's identity, through the identity template.
+    Identity,
+    DynamicParameters,
+    NodeMetadata,
+    Locator,
+}
+
+impl ParamSource {
+    pub fn label(self) -> &'static str {
+        match self {
+            ParamSource::Identity => "identity",
+            ParamSource::DynamicParameters => "node.dynamic_parameters",
+            ParamSource::NodeMetadata => "node.metadata",
+            ParamSource::Locator => "locator",
+        }
+    }
+}
+
 /// The parameters a node subscribes to `type_url` with, when it names no locator.
 pub fn node_params(node: Option<&Node>, type_url: &str, metadata_keys: &[String]) -> ParamSet {
+    node_params_from(node, type_url, metadata_keys).0
+}
+
+/// [`node_params`], and which of the node's fields they came from.
+pub fn node_params_from(
+    node: Option<&Node>,
+    type_url: &str,
+    metadata_keys: &[String],
+) -> (ParamSet, ParamSource) {
     let Some(node) = node else {
-        return ParamSet::new();
+        return (ParamSet::new(), ParamSource::DynamicParameters);
     };
     if let Some(context) = node.dynamic_parameters.get(type_url) {
-        return context
+        let params = context
             .params
             .iter()
             .map(|(k, v)| (k.clone(), v.clone()))
             .collect();
+        return (params, ParamSource::DynamicParameters);
     }
     let Some(metadata) = &node.metadata else {
-        return ParamSet::new();
+        return (ParamSet::new(), ParamSource::DynamicParameters);
     };
-    metadata_keys
+    let params = metadata_keys
         .iter()
         .filter_map(
             |key| match metadata.fields.get(key).and_then(|v| v.kind.as_ref()) {
@@ -32,7 +64,8 @@ pub fn node_params(node: Option<&Node>, type_url: &str, metadata_keys: &[String]
                 _ => None,
             },
         )
-        .collect()
+        .collect();
+    (params, ParamSource::NodeMetadata)
 }
 
 /// A resource locator's parameters.

@@ -23,6 +23,7 @@ use tonic_prost::{ProstCodec, ProstDecoder, ProstEncoder};
 use tracing::{debug, warn};
 use vxds_envoy::pb::envoy::service::discovery::v3::{DeltaDiscoveryRequest, DiscoveryRequest};
 
+use crate::identity::{PeerIdentity, PeerInfo, trusted_params};
 use crate::machine::{MachineConfig, Protocol, RequestOutcome, Response, StreamMachine};
 use crate::metrics::{StreamLabels, TypeLabels, XdsMetrics};
 use crate::registry::Registry;
@@ -77,6 +78,45 @@ pub(crate) struct Shared {
     pub max_concurrent_streams: u32,
     /// Set when the server stops: streams end, so that the graceful shutdown can finish.
     pub closing: tokio::sync::watch::Sender<bool>,
+    pub identity_template: Option<vxds_core::IdentityTemplate>,
+}
+
+/// Who the client is and what it may not claim, checked before its stream starts.
+struct Admitted {
+    peer: Option<PeerIdentity>,
+    trusted: vxds_core::ParamSet,
+}
+
+impl Admitted {
+    fn opening(self, spec: &'static ServiceSpec, protocol: Protocol) -> Opening {
+        Opening {
+            spec,
+            protocol,
+            admitted: self,
+        }
+    }
+}
+
+/// A stream about to start: its service, its protocol and its client.
+struct Opening {
+    spec: &'static ServiceSpec,
+    protocol: Protocol,
+    admitted: Admitted,
+}
+
+impl Shared {
+    fn admit<T>(&self, request: &Request<T>) -> Result<Admitted, Status> {
+        let peer = request
+            .extensions()
+            .get::<PeerInfo>()
+            .and_then(|info| info.identity.clone());
+        let trusted = trusted_params(self.identity_template.as_ref(), peer.as_ref()).inspect_err(
+            |status| {
+                warn!(peer = ?peer, error = status.message(), "refusing a client");
+            },
+        )?;
+        Ok(Admitted { peer, trusted })
+    }
 }
 
 /// Ties a zero-sized marker to one [`ServiceSpec`], so that each gRPC service is a type of its
@@ -192,11 +232,14 @@ impl StreamingService<DiscoveryRequest> for SotwMethod {
     type Future = BoxFuture<GrpcResponse<Self::ResponseStream>, Status>;
 
     fn call(&mut self, request: Request<Streaming<DiscoveryRequest>>) -> Self::Future {
+        let admitted = match self.shared.admit(&request) {
+            Ok(admitted) => admitted,
+            Err(status) => return Box::pin(async move { Err(status) }),
+        };
         let (tx, rx) = mpsc::channel(self.shared.queue_depth);
         tokio::spawn(run_stream(
             self.shared.clone(),
-            self.spec,
-            Protocol::Sotw,
+            admitted.opening(self.spec, Protocol::Sotw),
             request.into_inner(),
             tx,
             StreamMachine::on_sotw_request,
@@ -220,11 +263,14 @@ impl StreamingService<DeltaDiscoveryRequest> for DeltaMethod {
     type Future = BoxFuture<GrpcResponse<Self::ResponseStream>, Status>;
 
     fn call(&mut self, request: Request<Streaming<DeltaDiscoveryRequest>>) -> Self::Future {
+        let admitted = match self.shared.admit(&request) {
+            Ok(admitted) => admitted,
+            Err(status) => return Box::pin(async move { Err(status) }),
+        };
         let (tx, rx) = mpsc::channel(self.shared.queue_depth);
         tokio::spawn(run_stream(
             self.shared.clone(),
-            self.spec,
-            Protocol::Delta,
+            admitted.opening(self.spec, Protocol::Delta),
             request.into_inner(),
             tx,
             StreamMachine::on_delta_request,
@@ -251,8 +297,10 @@ impl UnaryService<DiscoveryRequest> for FetchMethod {
         let shared = self.shared.clone();
         let spec = self.spec;
         Box::pin(async move {
+            let admitted = shared.admit(&request)?;
             let request = request.into_inner();
             let mut machine = StreamMachine::new(0, Protocol::Sotw, spec, shared.machine.clone());
+            machine.set_peer(admitted.peer, admitted.trusted);
             machine.on_sotw_request(request)?;
             let snapshot = shared.registry.snapshot();
             let response = machine.poll(&snapshot).into_iter().find_map(|r| match r {
@@ -282,8 +330,7 @@ impl Drop for StreamGauge {
 
 async fn run_stream<Req, Resp>(
     shared: Arc<Shared>,
-    spec: &'static ServiceSpec,
-    protocol: Protocol,
+    opening: Opening,
     mut requests: Streaming<Req>,
     out: mpsc::Sender<Queued<Resp>>,
     handle: fn(&mut StreamMachine, Req) -> Result<RequestOutcome, Status>,
@@ -292,8 +339,14 @@ async fn run_stream<Req, Resp>(
     Req: Send + 'static,
     Resp: Send + 'static,
 {
+    let Opening {
+        spec,
+        protocol,
+        admitted,
+    } = opening;
     let id = shared.registry.next_id();
     let mut machine = StreamMachine::new(id, protocol, spec, shared.machine.clone());
+    machine.set_peer(admitted.peer, admitted.trusted);
     let registration = shared.registry.register(id, machine.status());
     let labels = StreamLabels {
         service: spec.label,

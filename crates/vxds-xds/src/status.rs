@@ -26,6 +26,11 @@ pub struct ClientStatus {
     pub connected_at: String,
     /// The client certificate's names, on a mutual-TLS connection.
     pub peer: Option<crate::identity::PeerIdentity>,
+    /// The identity taken from them: the first URI SAN (a SPIFFE ID), else the first DNS SAN.
+    pub identity: Option<String>,
+    /// The parameters the identity template derived from it; they override what the client
+    /// sends for the same keys, in every source.
+    pub trusted_params: BTreeMap<String, String>,
     pub types: Vec<TypeStatus>,
 }
 
@@ -36,6 +41,9 @@ pub struct TypeStatus {
     pub type_url: String,
     /// The dynamic parameters plain-name subscriptions resolve with.
     pub params: BTreeMap<String, String>,
+    /// Where each of `params` came from: `identity` (trusted), `node.dynamic_parameters` or
+    /// `node.metadata`.
+    pub param_sources: BTreeMap<String, &'static str>,
     pub subscriptions: Vec<String>,
     pub last_sent: Option<SentVersion>,
     pub last_acked: Option<Acked>,

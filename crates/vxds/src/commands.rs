@@ -2,6 +2,7 @@
 //! input, or no variant matches), 2 any other failure.
 
 pub mod apply;
+pub mod dev_certs;
 pub mod export;
 pub mod resolve;
 pub mod token;

@@ -5,6 +5,7 @@ mod commands;
 mod fixtures;
 mod serve;
 mod target;
+mod tls;
 
 use std::process::ExitCode;
 
@@ -36,7 +37,7 @@ enum LogFormat {
 #[derive(Debug, Subcommand)]
 enum Command {
     /// Run the server: the admin API (and the xDS server).
-    Serve(serve::ServeArgs),
+    Serve(Box<serve::ServeArgs>),
     /// Apply pending database migrations and exit.
     Migrate {
         /// `postgres://...` or `sqlite://...`.
@@ -54,6 +55,8 @@ enum Command {
     /// Admin API tokens.
     #[command(subcommand)]
     Token(commands::token::TokenCommand),
+    /// Write a development CA, server and client certificates for (mutual) TLS.
+    DevCerts(commands::dev_certs::DevCertsArgs),
     /// Print the admin API's OpenAPI document (as checked in at api/openapi.yaml).
     Openapi,
 }
@@ -94,7 +97,7 @@ fn main() -> ExitCode {
     };
     let result = runtime.block_on(async move {
         match cli.command {
-            Command::Serve(args) => serve::run(args).await,
+            Command::Serve(args) => serve::run(*args).await,
             Command::Migrate { database_url } => {
                 vxds_store::migrate_url(&database_url).await?;
                 commands::out(&format!("migrated {}\n", vxds_store::redact(&database_url)));
@@ -105,6 +108,7 @@ fn main() -> ExitCode {
             Command::Export(args) => commands::export::run(args).await,
             Command::Resolve(args) => commands::resolve::run(args).await,
             Command::Token(command) => commands::token::run(command),
+            Command::DevCerts(args) => commands::dev_certs::run(args),
             Command::Openapi => {
                 commands::out(&vxds_admin::openapi_yaml());
                 Ok(ExitCode::SUCCESS)

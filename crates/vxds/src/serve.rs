@@ -12,10 +12,12 @@ use prometheus_client::registry::Registry;
 use tokio::net::TcpListener;
 use tracing::info;
 use vxds_admin::{AdminMetrics, AdminState, DEFAULT_BODY_LIMIT, OriginPolicy, Tokens};
+use vxds_core::IdentityTemplate;
 use vxds_envoy::changeset::ValidationConfig;
 use vxds_store::{Store, StoreOptions, index, redact};
 
 use crate::DEFAULT_DATABASE_URL;
+use crate::tls::{ServerTls, TlsFiles};
 
 #[derive(Debug, Args)]
 pub struct ServeArgs {
@@ -83,6 +85,66 @@ pub struct ServeArgs {
     /// Largest xDS response, in bytes; a stream whose state outgrows it fails with a clear error.
     #[arg(long, env = "VXDS_XDS_MAX_RESPONSE_BYTES", default_value_t = 256 << 20)]
     pub xds_max_response_bytes: usize,
+    #[command(flatten)]
+    pub tls: TlsArgs,
+}
+
+/// TLS and client identity. Certificate files are re-read when they change.
+#[derive(Debug, Args)]
+pub struct TlsArgs {
+    /// The xDS server's certificate chain (PEM); with `--xds-tls-key`, xDS is served over TLS.
+    #[arg(long, env = "VXDS_XDS_TLS_CERT", requires = "xds_tls_key")]
+    pub xds_tls_cert: Option<PathBuf>,
+    /// The xDS server's private key (PEM).
+    #[arg(long, env = "VXDS_XDS_TLS_KEY", requires = "xds_tls_cert")]
+    pub xds_tls_key: Option<PathBuf>,
+    /// CA bundle (PEM) client certificates must chain to: mutual TLS, a client without a valid
+    /// certificate gets no stream.
+    #[arg(long, env = "VXDS_XDS_CLIENT_CA", requires = "xds_tls_cert")]
+    pub xds_client_ca: Option<PathBuf>,
+    /// Turns a client certificate's identity (its URI SAN, else its first DNS SAN) into trusted
+    /// dynamic parameters, e.g. `spiffe://{trust_domain}/ns/{namespace}/sa/{service_account}`:
+    /// they override what the client claims, and a client whose identity does not fit is
+    /// refused (PERMISSION_DENIED). Needs `--xds-client-ca`.
+    #[arg(long, env = "VXDS_XDS_IDENTITY_TEMPLATE", requires = "xds_client_ca")]
+    pub xds_identity_template: Option<String>,
+    /// Serve xDS in plaintext on a non-loopback address: anyone who reaches the port can
+    /// read every resource (secrets included) and claim any parameters.
+    #[arg(long, env = "VXDS_XDS_INSECURE")]
+    pub xds_insecure: bool,
+    /// The admin API's certificate chain (PEM); with `--admin-tls-key`, it is served over HTTPS.
+    #[arg(long, env = "VXDS_ADMIN_TLS_CERT", requires = "admin_tls_key")]
+    pub admin_tls_cert: Option<PathBuf>,
+    /// The admin API's private key (PEM).
+    #[arg(long, env = "VXDS_ADMIN_TLS_KEY", requires = "admin_tls_cert")]
+    pub admin_tls_key: Option<PathBuf>,
+}
+
+impl TlsArgs {
+    fn xds(&self) -> Option<TlsFiles> {
+        Some(TlsFiles {
+            cert: self.xds_tls_cert.clone()?,
+            key: self.xds_tls_key.clone()?,
+            client_ca: self.xds_client_ca.clone(),
+        })
+    }
+
+    fn admin(&self) -> Option<TlsFiles> {
+        Some(TlsFiles {
+            cert: self.admin_tls_cert.clone()?,
+            key: self.admin_tls_key.clone()?,
+            client_ca: None,
+        })
+    }
+
+    /// The identity template, parsed (a bad one stops the start with the reason).
+    pub fn identity_template(&self) -> anyhow::Result<Option<IdentityTemplate>> {
+        self.xds_identity_template
+            .as_deref()
+            .map(IdentityTemplate::parse)
+            .transpose()
+            .context("--xds-identity-template")
+    }
 }
 
 pub async fn run(args: ServeArgs) -> anyhow::Result<ExitCode> {
@@ -98,6 +160,33 @@ pub async fn run(args: ServeArgs) -> anyhow::Result<ExitCode> {
             args.admin_addr
         );
     }
+    let template = args.tls.identity_template()?;
+    let xds_tls = args.tls.xds();
+    if xds_tls.is_none() && !args.xds_addr.ip().is_loopback() {
+        if !args.tls.xds_insecure {
+            bail!(
+                "refusing to serve xDS in plaintext on {}: anyone who reaches it could read every \
+                 resource, secrets included, and claim any parameters. Pass --xds-tls-cert and \
+                 --xds-tls-key (and --xds-client-ca for mutual TLS), listen on a loopback \
+                 address, or accept the risk with --xds-insecure",
+                args.xds_addr
+            );
+        }
+        tracing::warn!(
+            addr = %args.xds_addr,
+            "--xds-insecure: serving xDS in PLAINTEXT beyond loopback; any client that reaches \
+             the port can read every resource and claim any parameters"
+        );
+    }
+    // Certificates first: a bad file stops the start before anything listens.
+    let xds_tls = xds_tls
+        .map(|files| ServerTls::load("xDS", files, &[b"h2"]))
+        .transpose()?;
+    let admin_tls = args
+        .tls
+        .admin()
+        .map(|files| ServerTls::load("admin", files, &[b"h2", b"http/1.1"]))
+        .transpose()?;
     let origins = OriginPolicy::new(&args.admin_allowed_hosts, &args.admin_allowed_origins)?
         .with_address(args.admin_addr.ip());
     let options = StoreOptions {
@@ -105,6 +194,10 @@ pub async fn run(args: ServeArgs) -> anyhow::Result<ExitCode> {
         max_connections: args.database_connections,
         validation: ValidationConfig {
             authorities: args.authorities.clone(),
+            trusted_keys: template
+                .iter()
+                .flat_map(|t| t.keys().map(str::to_owned))
+                .collect(),
             ..Default::default()
         },
         head_poll: args.store_head_poll,
@@ -135,6 +228,7 @@ pub async fn run(args: ServeArgs) -> anyhow::Result<ExitCode> {
         max_request_bytes: args.xds_max_request_bytes,
         max_response_bytes: args.xds_max_response_bytes,
         csds: args.xds_csds,
+        identity_template: template.clone(),
         ..Default::default()
     };
     let xds = vxds_xds::XdsServer::new(index.clone(), xds_config, xds_metrics);
@@ -147,7 +241,8 @@ pub async fn run(args: ServeArgs) -> anyhow::Result<ExitCode> {
         args.admin_body_limit,
     )
     .with_clients(xds.registry())
-    .with_origin_policy(origins);
+    .with_origin_policy(origins)
+    .with_identity_template(template.clone());
 
     let admin = TcpListener::bind(args.admin_addr)
         .await
@@ -155,8 +250,15 @@ pub async fn run(args: ServeArgs) -> anyhow::Result<ExitCode> {
     let xds_listener = TcpListener::bind(args.xds_addr)
         .await
         .with_context(|| format!("listening on {}", args.xds_addr))?;
-    info!(addr = %admin.local_addr()?, "admin API listening");
-    info!(addr = %xds_listener.local_addr()?, "xDS server listening");
+    let scheme = |tls: bool| if tls { "https" } else { "http" };
+    info!(scheme = scheme(admin_tls.is_some()), addr = %admin.local_addr()?, "admin API listening");
+    info!(
+        tls = xds_tls.is_some(),
+        mtls = args.tls.xds_client_ca.is_some(),
+        identity_template = template.as_ref().map(IdentityTemplate::as_str),
+        addr = %xds_listener.local_addr()?,
+        "xDS server listening"
+    );
 
     // One signal stops both servers.
     let (stop, stopped) = tokio::sync::watch::channel(false);
@@ -170,10 +272,20 @@ pub async fn run(args: ServeArgs) -> anyhow::Result<ExitCode> {
     let admin_server = serve_admin(
         admin,
         vxds_admin::router(state),
+        admin_tls.as_ref().map(|tls| tls.acceptor.clone()),
         args.admin_header_timeout,
         until_stopped(stopped.clone()),
     );
-    let xds_server = xds.serve(xds_listener, until_stopped(stopped.clone()));
+    let xds_stop = until_stopped(stopped.clone());
+    let xds_server = async {
+        match &xds_tls {
+            Some(tls) => {
+                let incoming = crate::tls::incoming(xds_listener, tls.acceptor.clone());
+                xds.serve_incoming(incoming, xds_stop).await
+            }
+            None => xds.serve(xds_listener, xds_stop).await,
+        }
+    };
     let servers = async { tokio::join!(admin_server, xds_server) };
     // Graceful, within a deadline: a client that never reads must not keep the process up.
     let deadline = args.shutdown_deadline;
@@ -202,6 +314,7 @@ pub async fn run(args: ServeArgs) -> anyhow::Result<ExitCode> {
 async fn serve_admin(
     listener: TcpListener,
     app: axum::Router,
+    tls: Option<tokio_rustls::TlsAcceptor>,
     header_read_timeout: std::time::Duration,
     stop: impl std::future::Future<Output = ()>,
 ) -> std::io::Result<()> {
@@ -218,9 +331,9 @@ async fn serve_admin(
     let graceful = GracefulShutdown::new();
     tokio::pin!(stop);
     loop {
-        let stream = tokio::select! {
+        let (stream, remote) = tokio::select! {
             accepted = listener.accept() => match accepted {
-                Ok((stream, _)) => stream,
+                Ok(accepted) => accepted,
                 Err(e) => {
                     // Out of file descriptors and the like: wait a moment, keep serving.
                     tracing::warn!(error = %e, "accepting an admin connection failed");
@@ -231,12 +344,30 @@ async fn serve_admin(
             () = &mut stop => break,
         };
         let service = TowerToHyperService::new(app.clone());
-        let connection = builder
-            .serve_connection_with_upgrades(TokioIo::new(stream), service)
-            .into_owned();
-        let connection = graceful.watch(connection);
+        let Some(tls) = &tls else {
+            let connection = builder
+                .serve_connection_with_upgrades(TokioIo::new(stream), service)
+                .into_owned();
+            let connection = graceful.watch(connection);
+            tokio::spawn(async move {
+                if let Err(e) = connection.await {
+                    tracing::debug!(error = %e, "admin connection ended with an error");
+                }
+            });
+            continue;
+        };
+        // The handshake in the connection's own task: a silent client delays no one.
+        let (tls, builder, watcher) = (tls.clone(), builder.clone(), graceful.watcher());
         tokio::spawn(async move {
-            if let Err(e) = connection.await {
+            let stream = match crate::tls::handshake(&tls, stream, remote).await {
+                Ok(conn) => conn.into_inner(),
+                Err(e) => {
+                    tracing::debug!(%remote, error = %e, "admin TLS handshake failed");
+                    return;
+                }
+            };
+            let connection = builder.serve_connection_with_upgrades(TokioIo::new(stream), service);
+            if let Err(e) = watcher.watch(connection.into_owned()).await {
                 tracing::debug!(error = %e, "admin connection ended with an error");
             }
         });

@@ -19,6 +19,8 @@
 #![allow(clippy::unwrap_used)] // tests fail loudly on purpose
 
 // A test crate's root resolves modules beside it, not in a folder named after it.
+#[path = "real_clients/mtls.rs"]
+mod mtls;
 #[path = "real_clients/protocol.rs"]
 mod protocol;
 
@@ -124,17 +126,30 @@ fn start_envoy(
     env: &str,
     instance: &str,
 ) -> Process {
+    let bootstrap = envoy_bootstrap(name, ads, xds_port, json!({"env": env}), instance);
+    spawn_envoy(dir, name, &bootstrap)
+}
+
+/// An ADS bootstrap: `route_params` are the node's dynamic parameters for routes, `instance`
+/// its listener parameter; the xDS server is the `xds` cluster.
+fn envoy_bootstrap(
+    name: &str,
+    ads: Ads,
+    xds_port: u16,
+    route_params: Value,
+    instance: &str,
+) -> Value {
     let admin_port = free_port();
     let api_type = match ads {
         Ads::Sotw => "GRPC",
         Ads::Delta => "DELTA_GRPC",
     };
-    let bootstrap = json!({
+    json!({
         "node": {
             "id": name,
             "cluster": "e2e",
             "dynamic_parameters": {
-                ROUTE: {"params": {"env": env}},
+                ROUTE: {"params": route_params},
                 LISTENER: {"params": {"instance": instance}},
             },
         },
@@ -159,7 +174,10 @@ fn start_envoy(
             "load_assignment": {"cluster_name": "xds", "endpoints": [{"lb_endpoints": [{"endpoint": {"address": {
                 "socket_address": {"address": "127.0.0.1", "port_value": xds_port}}}}]}]},
         }]},
-    });
+    })
+}
+
+fn spawn_envoy(dir: &Path, name: &'static str, bootstrap: &Value) -> Process {
     let config = dir.join(format!("{name}.json"));
     std::fs::write(&config, bootstrap.to_string()).unwrap();
     let log = dir.join(format!("{name}.log"));
