@@ -1,7 +1,11 @@
 //! CSDS (`envoy.service.status.v3.ClientStatusDiscoveryService`): what the server knows of
 //! each connected client — what it sent, what the client acknowledged or refused and why —
-//! the same data as `GET /v1/clients`, in Envoy's own form. Secret bodies are never returned
-//! (the xDS port authenticates nobody); `XdsConfig::csds` turns the service off.
+//! the same data as `GET /v1/clients`, in Envoy's own form. Each node carries the parameters
+//! it resolves with (`dynamic_parameters`) and, in its metadata under `vxds`, its certificate
+//! identity, the trusted parameters and where each parameter came from. Secret bodies are
+//! never returned; with an identity template a caller sees only the streams of its own
+//! identity (one namespace's proxies must not read another's configuration; the fleet view is
+//! `/v1/clients`, behind the admin tokens). `XdsConfig::csds` turns the service off.
 
 use std::collections::BTreeMap;
 use std::sync::Arc;
@@ -21,22 +25,49 @@ use vxds_envoy::pb::envoy::service::status::v3::{
 };
 use vxds_envoy::pb::envoy::r#type::matcher::v3::StringMatcher;
 use vxds_envoy::pb::envoy::r#type::matcher::v3::string_matcher::MatchPattern;
-use vxds_envoy::pb::google::protobuf::{Any, Timestamp};
+use vxds_envoy::pb::google::protobuf::value::Kind;
+use vxds_envoy::pb::google::protobuf::{Any, Struct, Timestamp, Value};
+use vxds_envoy::pb::xds::core::v3::ContextParams;
 
+use crate::identity::PeerInfo;
 use crate::registry::Registry;
 use crate::status::{ClientStatus, TypeStatus};
 
-#[derive(Debug)]
+#[derive(Debug, Clone)]
 pub struct Csds {
     registry: Arc<Registry>,
+    /// Answer each caller about its own identity's streams only.
+    scoped: bool,
 }
 
 impl Csds {
-    pub fn new(registry: Arc<Registry>) -> Self {
-        Self { registry }
+    /// `scoped`: callers are identified by their client certificate (an identity template
+    /// is configured) and see only their own identity's streams.
+    pub fn new(registry: Arc<Registry>, scoped: bool) -> Self {
+        Self { registry, scoped }
     }
 
-    fn respond(&self, request: &ClientStatusRequest) -> Result<ClientStatusResponse, Status> {
+    /// Who may be shown: everyone, or the streams of the caller's identity.
+    fn audience<T>(&self, request: &Request<T>) -> Result<Option<String>, Status> {
+        if !self.scoped {
+            return Ok(None);
+        }
+        request
+            .extensions()
+            .get::<PeerInfo>()
+            .and_then(|info| info.identity.as_ref())
+            .and_then(|peer| peer.identity())
+            .map(|identity| Some(identity.to_owned()))
+            .ok_or_else(|| {
+                Status::permission_denied("CSDS needs a client certificate with an identity")
+            })
+    }
+
+    fn respond(
+        &self,
+        request: &ClientStatusRequest,
+        audience: Option<&str>,
+    ) -> Result<ClientStatusResponse, Status> {
         let matchers: Vec<&StringMatcher> = request
             .node_matchers
             .iter()
@@ -54,7 +85,8 @@ impl Csds {
             .collect();
         let mut by_node: BTreeMap<String, (ClientStatus, Vec<GenericXdsConfig>)> = BTreeMap::new();
         for client in self.registry.clients() {
-            let mut wanted = true;
+            let mut wanted =
+                audience.is_none_or(|identity| client.identity.as_deref() == Some(identity));
             for matcher in &matchers {
                 wanted &= string_matches(matcher, &client.node_id)?;
             }
@@ -75,16 +107,68 @@ impl Csds {
         let config = by_node
             .into_values()
             .map(|(client, generic_xds_configs)| ClientConfig {
-                node: Some(Node {
-                    id: client.node_id,
-                    cluster: client.node_cluster,
-                    ..Default::default()
-                }),
+                node: Some(node(&client)),
                 generic_xds_configs,
                 ..Default::default()
             })
             .collect();
         Ok(ClientStatusResponse { config })
+    }
+}
+
+/// The node as the server sees it: the parameters each type resolves with, and (metadata
+/// `vxds`) the identity, the trusted parameters and each parameter's source.
+fn node(client: &ClientStatus) -> Node {
+    let text = |s: &str| Value {
+        kind: Some(Kind::StringValue(s.to_owned())),
+    };
+    let object = |fields: BTreeMap<String, Value>| Value {
+        kind: Some(Kind::StructValue(Struct {
+            fields: fields.into_iter().collect(),
+        })),
+    };
+    let strings = |map: &BTreeMap<String, String>| {
+        object(map.iter().map(|(k, v)| (k.clone(), text(v))).collect())
+    };
+    let mut vxds = BTreeMap::new();
+    if let Some(identity) = &client.identity {
+        vxds.insert("identity".to_owned(), text(identity));
+    }
+    if !client.trusted_params.is_empty() {
+        vxds.insert("trusted_params".to_owned(), strings(&client.trusted_params));
+    }
+    let sources: BTreeMap<String, Value> = client
+        .types
+        .iter()
+        .filter(|t| !t.param_sources.is_empty())
+        .map(|t| {
+            let by_key = t
+                .param_sources
+                .iter()
+                .map(|(k, source)| (k.clone(), text(source)))
+                .collect();
+            (t.type_url.clone(), object(by_key))
+        })
+        .collect();
+    if !sources.is_empty() {
+        vxds.insert("param_sources".to_owned(), object(sources));
+    }
+    Node {
+        id: client.node_id.clone(),
+        cluster: client.node_cluster.clone(),
+        dynamic_parameters: client
+            .types
+            .iter()
+            .filter(|t| !t.params.is_empty())
+            .map(|t| {
+                let params = t.params.clone().into_iter().collect();
+                (t.type_url.clone(), ContextParams { params })
+            })
+            .collect(),
+        metadata: (!vxds.is_empty()).then(|| Struct {
+            fields: [("vxds".to_owned(), object(vxds))].into(),
+        }),
+        ..Default::default()
     }
 }
 
@@ -167,14 +251,17 @@ impl ClientStatusDiscoveryService for Csds {
         &self,
         request: Request<Streaming<ClientStatusRequest>>,
     ) -> Result<Response<Self::StreamClientStatusStream>, Status> {
+        let audience = self.audience(&request)?;
         let mut requests = request.into_inner();
         let (tx, rx) = mpsc::channel(4);
-        let csds = Csds {
-            registry: self.registry.clone(),
-        };
+        let csds = self.clone();
         tokio::spawn(async move {
             while let Ok(Some(request)) = requests.message().await {
-                if tx.send(csds.respond(&request)).await.is_err() {
+                if tx
+                    .send(csds.respond(&request, audience.as_deref()))
+                    .await
+                    .is_err()
+                {
                     return;
                 }
             }
@@ -186,6 +273,8 @@ impl ClientStatusDiscoveryService for Csds {
         &self,
         request: Request<ClientStatusRequest>,
     ) -> Result<Response<ClientStatusResponse>, Status> {
-        self.respond(&request.into_inner()).map(Response::new)
+        let audience = self.audience(&request)?;
+        self.respond(&request.into_inner(), audience.as_deref())
+            .map(Response::new)
     }
 }

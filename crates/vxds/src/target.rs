@@ -23,6 +23,10 @@ pub struct TargetArgs {
     /// A bearer token for the server.
     #[arg(long, env = "VXDS_TOKEN")]
     pub token: Option<String>,
+    /// A CA certificate (PEM) to trust for an `https://` server besides the system's, e.g.
+    /// the `ca.pem` of `vxds dev-certs`.
+    #[arg(long, env = "VXDS_CA_CERT")]
+    pub ca_cert: Option<std::path::PathBuf>,
     /// Work on this database (`postgres://...`, `sqlite://...`) instead of a server.
     #[arg(long)]
     pub database_url: Option<String>,
@@ -76,9 +80,17 @@ impl Target {
                 })
             }
             None => {
-                let client = reqwest::Client::builder()
-                    .build()
-                    .context("building the HTTP client")?;
+                let mut client = reqwest::Client::builder();
+                if let Some(path) = &args.ca_cert {
+                    let pem = std::fs::read(path)
+                        .with_context(|| format!("reading --ca-cert {}", path.display()))?;
+                    for ca in reqwest::Certificate::from_pem_bundle(&pem).with_context(|| {
+                        format!("--ca-cert {}: not PEM certificates", path.display())
+                    })? {
+                        client = client.add_root_certificate(ca);
+                    }
+                }
+                let client = client.build().context("building the HTTP client")?;
                 let base = args.server.trim_end_matches('/').to_owned();
                 Ok(Target::Server {
                     base,

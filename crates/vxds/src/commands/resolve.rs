@@ -20,6 +20,11 @@ pub struct ResolveArgs {
     /// The client's dynamic parameters, as `key=value`.
     #[arg(value_name = "KEY=VALUE")]
     params: Vec<String>,
+    /// The client certificate's identity (e.g. `spiffe://td/ns/shop/sa/envoy`): the server's
+    /// identity template turns it into trusted parameters that override KEY=VALUE, as for a
+    /// connected client.
+    #[arg(long)]
+    identity: Option<String>,
     #[command(flatten)]
     target: TargetArgs,
     /// Print the whole answer as JSON.
@@ -36,7 +41,10 @@ pub async fn run(args: ResolveArgs) -> anyhow::Result<ExitCode> {
         params.insert(key.to_owned(), value.to_owned());
     }
     let target = Target::connect(&args.target).await?;
-    let body = json!({"type": args.resource_type, "name": args.name, "params": params});
+    let mut body = json!({"type": args.resource_type, "name": args.name, "params": params});
+    if let Some(identity) = &args.identity {
+        body["identity"] = json!(identity);
+    }
     let reply = target.call(Method::POST, "/v1/resolve", Some(&body)).await;
     target.close().await;
     let reply = reply?;
@@ -52,6 +60,24 @@ pub async fn run(args: ResolveArgs) -> anyhow::Result<ExitCode> {
         out(&format!("{}\n", serde_json::to_string_pretty(&reply.body)?));
     } else {
         let mut text = format!("{}\n", reply.body["reason"].as_str().unwrap_or_default());
+        let trusted: Vec<String> = reply.body["param_sources"]
+            .as_object()
+            .into_iter()
+            .flatten()
+            .filter(|(_, source)| *source == "identity")
+            .map(|(key, _)| {
+                format!(
+                    "{key}={}",
+                    reply.body["params"][key].as_str().unwrap_or_default()
+                )
+            })
+            .collect();
+        if !trusted.is_empty() {
+            text.push_str(&format!(
+                "trusted (from the identity): {}\n",
+                trusted.join(", ")
+            ));
+        }
         if let Some(variant) = reply.body["variant"].as_object() {
             text.push_str(&format!(
                 "constraints: {}\n",

@@ -19,12 +19,25 @@ pub struct ValidateArgs {
     /// xdstp authorities the server serves (as `serve --authority`); none allows any.
     #[arg(long = "authority", env = "VXDS_AUTHORITIES", value_delimiter = ',')]
     authorities: Vec<String>,
+    /// The identity template the server runs with (as `serve --xds-identity-template`): secret
+    /// variants that constrain none of its keys are reported, as anyone could obtain them.
+    #[arg(long = "identity-template", env = "VXDS_XDS_IDENTITY_TEMPLATE")]
+    identity_template: Option<String>,
 }
 
 pub fn run(args: ValidateArgs) -> anyhow::Result<ExitCode> {
     let fixtures = fixtures::load(&args.files)?;
+    let template = args
+        .identity_template
+        .as_deref()
+        .map(vxds_core::IdentityTemplate::parse)
+        .transpose()?;
     let config = ValidationConfig {
         authorities: args.authorities,
+        trusted_keys: template
+            .iter()
+            .flat_map(|t| t.keys().map(str::to_owned))
+            .collect(),
         ..Default::default()
     };
     let locate = |p: &str| fixtures.locate(p);

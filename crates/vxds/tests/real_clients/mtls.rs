@@ -15,6 +15,8 @@ use vxds_envoy::pb::envoy::config::core::v3::Node;
 use vxds_envoy::pb::envoy::config::route::v3::RouteConfiguration;
 use vxds_envoy::pb::envoy::service::discovery::v3::aggregated_discovery_service_client::AggregatedDiscoveryServiceClient;
 use vxds_envoy::pb::envoy::service::discovery::v3::{DiscoveryRequest, DiscoveryResponse};
+use vxds_envoy::pb::envoy::service::status::v3::ClientStatusRequest;
+use vxds_envoy::pb::envoy::service::status::v3::client_status_discovery_service_client::ClientStatusDiscoveryServiceClient;
 use vxds_envoy::pb::xds::core::v3::ContextParams;
 
 use super::*;
@@ -162,12 +164,14 @@ async fn presented_certificate(port: u16, certs: &Path) -> Vec<u8> {
     tls.get_ref().1.peer_certificates().unwrap()[0].to_vec()
 }
 
-/// One ADS request for the route `local_route` over TLS with `config`, claiming the namespace
-/// `bank` in `node.dynamic_parameters`; the first response, or why there is none.
-async fn ask_for_routes(port: u16, config: ClientConfig) -> Result<DiscoveryResponse, String> {
+/// A gRPC channel to vxds over TLS with `config`.
+async fn mtls_channel(
+    port: u16,
+    config: ClientConfig,
+) -> Result<tonic::transport::Channel, String> {
     let connector = TlsConnector::from(Arc::new(config));
     let endpoint = tonic::transport::Endpoint::from_static("http://localhost");
-    let channel = endpoint
+    endpoint
         .connect_with_connector(tower::service_fn(move |_| {
             let connector = connector.clone();
             async move {
@@ -179,7 +183,13 @@ async fn ask_for_routes(port: u16, config: ClientConfig) -> Result<DiscoveryResp
             }
         }))
         .await
-        .map_err(|e| format!("connect: {e}"))?;
+        .map_err(|e| format!("connect: {e}"))
+}
+
+/// One ADS request for the route `local_route` over TLS with `config`, claiming the namespace
+/// `bank` in `node.dynamic_parameters`; the first response, or why there is none.
+async fn ask_for_routes(port: u16, config: ClientConfig) -> Result<DiscoveryResponse, String> {
+    let channel = mtls_channel(port, config).await?;
     let node = Node {
         id: "raw-client".into(),
         dynamic_parameters: [(
@@ -275,6 +285,34 @@ async fn envoys_over_mtls_get_their_certificates_variant_and_ride_out_a_rotation
     assert_eq!(routes_status["param_sources"]["namespace"], "identity");
     let stream_id = shop["stream_id"].clone();
 
+    // CSDS over mTLS: a proxy sees its own identity's streams, with what was trusted, and not
+    // another namespace's.
+    let channel = mtls_channel(xds_port, client_config(&certs, Some((&certs, "shop"))))
+        .await
+        .unwrap();
+    let status = ClientStatusDiscoveryServiceClient::new(channel)
+        .fetch_client_status(ClientStatusRequest::default())
+        .await
+        .unwrap()
+        .into_inner();
+    let nodes: Vec<&Node> = status
+        .config
+        .iter()
+        .filter_map(|c| c.node.as_ref())
+        .collect();
+    assert_eq!(nodes.len(), 1, "{nodes:?}");
+    assert_eq!(nodes[0].id, "envoy-shop");
+    assert_eq!(
+        nodes[0].dynamic_parameters[ROUTE].params["namespace"],
+        "shop"
+    );
+    let vxds_meta = format!("{:?}", nodes[0].metadata);
+    assert!(
+        vxds_meta.contains("trusted_params")
+            && vxds_meta.contains("spiffe://vxds.test/ns/shop/sa/envoy"),
+        "{vxds_meta}"
+    );
+
     // Rotation: new handshakes get the new certificate within 10 s; the Envoys' streams stay.
     let before = presented_certificate(xds_port, &certs).await;
     dev_certs(&certs, &["--renew-server"]);
@@ -360,6 +398,29 @@ async fn clients_without_a_fitting_certificate_get_no_configuration() {
     assert_eq!(
         resolved["variant"]["constraints_text"],
         r#"namespace = "shop""#
+    );
+    let output = Command::new(env!("CARGO_BIN_EXE_vxds"))
+        .args([
+            "resolve",
+            "route",
+            "local_route",
+            "namespace=bank",
+            "--server",
+            &admin,
+        ])
+        .args(["--identity", "spiffe://vxds.test/ns/shop/sa/envoy"])
+        .env_remove("VXDS_TOKEN")
+        .output()
+        .unwrap();
+    let stdout = String::from_utf8_lossy(&output.stdout);
+    assert!(
+        output.status.success(),
+        "{stdout}{}",
+        String::from_utf8_lossy(&output.stderr)
+    );
+    assert!(
+        stdout.contains("trusted (from the identity): namespace=shop"),
+        "{stdout}"
     );
 }
 
@@ -453,6 +514,25 @@ async fn admin_api_over_https_with_hashed_and_plaintext_tokens() {
         .await
         .unwrap();
     assert_eq!(wrong.status(), 401);
+    // The command line over HTTPS, trusting the development CA.
+    let output = Command::new(env!("CARGO_BIN_EXE_vxds"))
+        .args([
+            "resolve",
+            "route",
+            "local_route",
+            "namespace=shop",
+            "--server",
+            &admin,
+        ])
+        .args(["--token", "reader-secret-0123456789", "--ca-cert"])
+        .arg(certs.join("ca.pem"))
+        .output()
+        .unwrap();
+    assert!(
+        output.status.success(),
+        "{}",
+        String::from_utf8_lossy(&output.stderr)
+    );
     // Plain HTTP to the HTTPS port gets nowhere.
     let plain = reqwest::Client::new()
         .get(admin.replace("https://", "http://") + "/v1/revisions")
