@@ -176,6 +176,7 @@ fn api_router() -> OpenApiRouter<AdminState> {
         .routes(routes!(clients::list))
         .routes(routes!(health::healthz))
         .routes(routes!(health::readyz))
+        .routes(routes!(health::store))
         .routes(routes!(health::metrics))
         .routes(routes!(health::openapi))
 }
