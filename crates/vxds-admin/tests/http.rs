@@ -371,6 +371,13 @@ async fn every_error_status_has_a_problem_document(db: TestDb) {
             "duplicate_variant".to_owned()
         )]
     );
+    // Like every overlap, a duplicate shows a parameter set both match.
+    assert_eq!(
+        put.body["errors"][0]["witness"],
+        json!({"a": "1"}),
+        "{}",
+        put.text
+    );
     let mismatch = api
         .send_json(
             Method::PUT,
