@@ -203,6 +203,7 @@ pub fn router(state: AdminState) -> Router {
                 }
             },
         )
+        .layer(middleware::from_fn(body::warn_form_json))
         .layer(middleware::from_fn_with_state(
             state.clone(),
             auth::authorize,

@@ -95,7 +95,7 @@ pub enum WriteProblems {
     TooLarge(ProblemBody),
     #[response(
         status = 415,
-        description = "No `Content-Type`, or neither JSON nor YAML",
+        description = "No `Content-Type`, or neither JSON nor YAML. A JSON body sent as `application/x-www-form-urlencoded` (what `curl -d` sends) is read as JSON, and the answer carries `Warning: 299 - \"...\"`",
         content_type = "application/problem+json"
     )]
     UnsupportedMediaType(ProblemBody),
