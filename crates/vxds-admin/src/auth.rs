@@ -205,7 +205,7 @@ impl Tokens {
 /// The scope a request needs; `None` for the public endpoints.
 pub(crate) fn required_scope(method: &Method, path: &str) -> Option<Scope> {
     match path {
-        "/healthz" | "/readyz" | "/v1/openapi.json" => None,
+        "/healthz" | "/healthz/store" | "/readyz" | "/v1/openapi.json" => None,
         // Resolving only reads, whatever its method.
         "/v1/resolve" => Some(Scope::Read),
         _ if method == Method::GET || method == Method::HEAD => Some(Scope::Read),

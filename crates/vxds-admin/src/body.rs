@@ -1,11 +1,20 @@
 //! Request bodies: JSON (`Content-Type: application/json`) or YAML (`application/yaml`),
 //! within a size limit, turned into typed values with a JSON pointer for whatever does not fit.
-//! A body without a Content-Type is refused (415) rather than guessed at.
+//! A body without a Content-Type is refused (415) rather than guessed at. One exception, so
+//! that `curl -d '{...}'` works as typed: a body sent as `application/x-www-form-urlencoded`
+//! (curl's default) that holds JSON is read as JSON, and the answer carries a `Warning` header
+//! saying so. Cross-origin pages can send that type without a preflight, but writes from
+//! other origins are refused before this ([`crate::origin`]).
 
 mod yaml;
 
+use std::sync::Arc;
+use std::sync::atomic::{AtomicBool, Ordering};
+
 use axum::extract::{FromRequest, Request};
-use axum::http::header;
+use axum::http::{HeaderValue, header};
+use axum::middleware::Next;
+use axum::response::Response;
 use serde::de::DeserializeOwned;
 use serde_json::Value;
 use vxds_envoy::pointer::pointer_from_serde_path;
@@ -21,6 +30,29 @@ pub struct Payload<T>(pub T);
 enum Format {
     Json,
     Yaml,
+    /// `application/x-www-form-urlencoded`: JSON, if it holds JSON.
+    Form,
+}
+
+/// What the answer to a form-typed JSON body says.
+pub const FORM_JSON_WARNING: &str = "299 - \"the body was read as JSON although its Content-Type \
+    is application/x-www-form-urlencoded (what curl -d sends); send Content-Type: application/json\"";
+
+/// Set by [`Payload`] when it read a form-typed body as JSON; [`warn_form_json`] answers it.
+#[derive(Clone, Debug, Default)]
+struct ReadFormAsJson(Arc<AtomicBool>);
+
+/// Middleware: adds the `Warning` header to the answer to a form-typed JSON body.
+pub async fn warn_form_json(mut request: Request, next: Next) -> Response {
+    let marker = ReadFormAsJson::default();
+    request.extensions_mut().insert(marker.clone());
+    let mut response = next.run(request).await;
+    if marker.0.load(Ordering::Relaxed) {
+        response
+            .headers_mut()
+            .insert(header::WARNING, HeaderValue::from_static(FORM_JSON_WARNING));
+    }
+    response
 }
 
 fn format_of(content_type: Option<&str>) -> Result<Format, ApiError> {
@@ -40,6 +72,7 @@ fn format_of(content_type: Option<&str>) -> Result<Format, ApiError> {
         "application/json" => Ok(Format::Json),
         e if e.starts_with("application/") && e.ends_with("+json") => Ok(Format::Json),
         "application/yaml" | "application/x-yaml" | "text/yaml" | "text/x-yaml" => Ok(Format::Yaml),
+        "application/x-www-form-urlencoded" => Ok(Format::Form),
         _ => Err(ApiError::UnsupportedMediaType(format!(
             "`{content_type}` is not supported; send application/json or application/yaml"
         ))),
@@ -60,6 +93,7 @@ impl<T: DeserializeOwned> FromRequest<AdminState> for Payload<T> {
             })?),
         };
         let format = format_of(content_type)?;
+        let marker = request.extensions().get::<ReadFormAsJson>().cloned();
         let limit = state.body_limit;
         let declared = request
             .headers()
@@ -87,11 +121,26 @@ impl<T: DeserializeOwned> FromRequest<AdminState> for Payload<T> {
                 errors: vec![],
             });
         }
+        if format == Format::Form {
+            let first = bytes.iter().find(|b| !b.is_ascii_whitespace());
+            if !matches!(first, Some(b'{' | b'[')) {
+                return Err(ApiError::UnsupportedMediaType(
+                    "an application/x-www-form-urlencoded body is read only when it holds JSON \
+                     (what curl -d sends); send application/json or application/yaml"
+                        .into(),
+                ));
+            }
+            if let Some(marker) = marker {
+                marker.0.store(true, Ordering::Relaxed);
+            }
+        }
         let value: Value = match format {
-            Format::Json => serde_json::from_slice(&bytes).map_err(|e| ApiError::BadRequest {
-                detail: format!("the body is not valid JSON: {e}"),
-                errors: vec![ProblemItem::new("", "invalid_json", e.to_string())],
-            })?,
+            Format::Json | Format::Form => {
+                serde_json::from_slice(&bytes).map_err(|e| ApiError::BadRequest {
+                    detail: format!("the body is not valid JSON: {e}"),
+                    errors: vec![ProblemItem::new("", "invalid_json", e.to_string())],
+                })?
+            }
             Format::Yaml => yaml::to_value(&bytes).map_err(|e| ApiError::BadRequest {
                 detail: e.to_string(),
                 errors: vec![ProblemItem::new("", e.code(), e.to_string())],
@@ -148,9 +197,9 @@ mod tests {
             format_of(Some("text/plain")),
             Err(ApiError::UnsupportedMediaType(_))
         ));
-        assert!(matches!(
-            format_of(Some("application/x-www-form-urlencoded")),
-            Err(ApiError::UnsupportedMediaType(_))
-        ));
+        assert_eq!(
+            format_of(Some("application/x-www-form-urlencoded")).unwrap(),
+            Format::Form
+        );
     }
 }

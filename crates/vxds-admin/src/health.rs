@@ -1,4 +1,9 @@
 //! Health, readiness, metrics and the OpenAPI document.
+//!
+//! Readiness means "can serve xDS": the index is loaded (it is before the server listens), and
+//! it stays so whatever the store does, since streams only read the index. A store outage
+//! shows in `/readyz`'s `store`, in `/healthz/store` (503 while it is down) and in
+//! `vxds_store_up`, for an admin-only Service or an alert to probe separately.
 
 use axum::Json;
 use axum::extract::State;
@@ -7,8 +12,11 @@ use axum::response::{IntoResponse, Response};
 use serde::Serialize;
 use utoipa::ToSchema;
 
+use vxds_store::StoreState;
+
 use crate::AdminState;
 use crate::problem::{ApiError, ProblemBody};
+use crate::repr::timestamp;
 
 #[derive(Debug, Serialize, ToSchema)]
 pub struct Health {
@@ -18,10 +26,53 @@ pub struct Health {
 #[derive(Debug, Serialize, ToSchema)]
 pub struct Readiness {
     pub status: &'static str,
-    /// The store's head revision.
+    /// The newest revision this server knows the store to have (from its change feed; the
+    /// store is not asked).
     pub revision: u64,
     /// The revision the in-memory index serves.
     pub index_revision: u64,
+    /// The store as this server last found it. Readiness does not depend on it.
+    pub store: StoreStatus,
+}
+
+/// Whether the store answers.
+#[derive(Debug, Serialize, ToSchema)]
+pub struct StoreStatus {
+    /// `up`, or `down`: writes and reads that need the store get 503 with `Retry-After`.
+    #[schema(example = "up")]
+    pub status: &'static str,
+    /// When it was found down (RFC 3339).
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub since: Option<String>,
+    /// Why it counts as down.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub reason: Option<&'static str>,
+}
+
+impl From<StoreState> for StoreStatus {
+    fn from(state: StoreState) -> Self {
+        match state {
+            StoreState::Up => StoreStatus {
+                status: "up",
+                since: None,
+                reason: None,
+            },
+            StoreState::Down { since_ms, reason } => StoreStatus {
+                status: "down",
+                since: Some(timestamp(since_ms)),
+                reason: Some(reason.as_str()),
+            },
+        }
+    }
+}
+
+/// The store answered.
+#[derive(Debug, Serialize, ToSchema)]
+pub struct StoreHealth {
+    #[schema(example = "up")]
+    pub status: &'static str,
+    /// The store's head revision, read from it now.
+    pub revision: u64,
 }
 
 /// The process is up.
@@ -30,26 +81,40 @@ pub async fn healthz() -> Json<Health> {
     Json(Health { status: "ok" })
 }
 
-/// The store answers and the index is loaded.
+/// The server can serve xDS: its index is loaded. Stays ready while the store is down (the
+/// streams are served from memory); `store` says how the store is.
 #[utoipa::path(
     get,
     path = "/readyz",
     operation_id = "readyz",
     tag = "operations",
+    responses((status = 200, description = "Ready", body = Readiness))
+)]
+pub async fn readyz(State(state): State<AdminState>) -> Json<Readiness> {
+    Json(Readiness {
+        status: "ready",
+        revision: *state.store.watch_head().borrow(),
+        index_revision: state.index.snapshot().revision,
+        store: state.store.state().into(),
+    })
+}
+
+/// The store answers: its head is read now (at once 503 while it is known to be down).
+#[utoipa::path(
+    get,
+    path = "/healthz/store",
+    operation_id = "storeHealth",
+    tag = "operations",
     responses(
-        (status = 200, description = "Ready", body = Readiness),
-        (status = 503, description = "The store does not answer", body = ProblemBody, content_type = "application/problem+json"),
+        (status = 200, description = "The store answers", body = StoreHealth),
+        (status = 503, description = "The store is unavailable; `Retry-After` says when to ask again", body = ProblemBody, content_type = "application/problem+json"),
     )
 )]
-pub async fn readyz(State(state): State<AdminState>) -> Result<Json<Readiness>, ApiError> {
-    let revision = state.store.head_revision().await.map_err(|e| {
-        tracing::warn!(error = %e, "readiness: the store does not answer");
-        ApiError::Unavailable
-    })?;
-    Ok(Json(Readiness {
-        status: "ready",
+pub async fn store(State(state): State<AdminState>) -> Result<Json<StoreHealth>, ApiError> {
+    let revision = state.store.head_revision().await?;
+    Ok(Json(StoreHealth {
+        status: "up",
         revision,
-        index_revision: state.index.snapshot().revision,
     }))
 }
 

@@ -185,6 +185,7 @@ fn api_router() -> OpenApiRouter<AdminState> {
         .routes(routes!(clients::list))
         .routes(routes!(health::healthz))
         .routes(routes!(health::readyz))
+        .routes(routes!(health::store))
         .routes(routes!(health::metrics))
         .routes(routes!(health::openapi))
 }
@@ -211,6 +212,7 @@ pub fn router(state: AdminState) -> Router {
                 }
             },
         )
+        .layer(middleware::from_fn(body::warn_form_json))
         .layer(middleware::from_fn_with_state(
             state.clone(),
             auth::authorize,

@@ -14,6 +14,10 @@ use vxds_store::{ApplyError, StoreError};
 
 pub const PROBLEM_JSON: &str = "application/problem+json";
 
+/// `Retry-After` on a 503, in seconds: a store found down is probed twice a second
+/// ([`vxds_store::PROBE_PERIOD`]), so by then the answer may well be different.
+pub const RETRY_AFTER_SECS: u64 = 1;
+
 /// An RFC 9457 problem document.
 #[derive(Clone, Debug, PartialEq, Eq, Serialize, ToSchema)]
 pub struct ProblemBody {
@@ -52,7 +56,7 @@ pub enum ReadProblems {
     Misdirected(ProblemBody),
     #[response(
         status = 503,
-        description = "The store is unavailable",
+        description = "The store is unavailable; `Retry-After` says when to try again",
         content_type = "application/problem+json"
     )]
     Unavailable(ProblemBody),
@@ -91,7 +95,7 @@ pub enum WriteProblems {
     TooLarge(ProblemBody),
     #[response(
         status = 415,
-        description = "No `Content-Type`, or neither JSON nor YAML",
+        description = "No `Content-Type`, or neither JSON nor YAML. A JSON body sent as `application/x-www-form-urlencoded` (what `curl -d` sends) is read as JSON, and the answer carries `Warning: 299 - \"...\"`",
         content_type = "application/problem+json"
     )]
     UnsupportedMediaType(ProblemBody),
@@ -103,7 +107,7 @@ pub enum WriteProblems {
     Misdirected(ProblemBody),
     #[response(
         status = 503,
-        description = "The store is unavailable",
+        description = "The store is unavailable; `Retry-After` says when to try again",
         content_type = "application/problem+json"
     )]
     Unavailable(ProblemBody),
@@ -419,6 +423,7 @@ impl IntoResponse for ApiError {
     fn into_response(self) -> Response {
         let status = self.status();
         let unauthorized = matches!(self, ApiError::Unauthorized(_));
+        let unavailable = matches!(self, ApiError::Unavailable);
         let allow = match &self {
             ApiError::MethodNotAllowed { allow } => HeaderValue::from_str(allow).ok(),
             _ => None,
@@ -429,6 +434,11 @@ impl IntoResponse for ApiError {
             .insert(header::CONTENT_TYPE, HeaderValue::from_static(PROBLEM_JSON));
         if let Some(allow) = allow {
             response.headers_mut().insert(header::ALLOW, allow);
+        }
+        if unavailable {
+            response
+                .headers_mut()
+                .insert(header::RETRY_AFTER, HeaderValue::from(RETRY_AFTER_SECS));
         }
         if unauthorized {
             response.headers_mut().insert(
@@ -450,9 +460,13 @@ impl From<StoreError> for ApiError {
             chain.push_str(&s.to_string());
             source = s.source();
         }
-        error!(error = %chain, "store error");
         match e {
-            StoreError::Unavailable(_) => ApiError::Unavailable,
+            // Said once when the store went down, not once per refused request.
+            StoreError::Down => tracing::debug!(error = %chain, "store down"),
+            _ => error!(error = %chain, "store error"),
+        }
+        match e {
+            StoreError::Unavailable(_) | StoreError::Down => ApiError::Unavailable,
             _ => ApiError::Internal,
         }
     }

@@ -4,6 +4,8 @@
 
 #[path = "http/hardening.rs"]
 mod hardening;
+#[path = "http/outage.rs"]
+mod outage;
 #[path = "http/support.rs"]
 mod support;
 #[path = "http/tokens.rs"]
@@ -369,6 +371,13 @@ async fn every_error_status_has_a_problem_document(db: TestDb) {
             "duplicate_variant".to_owned()
         )]
     );
+    // Like every overlap, a duplicate shows a parameter set both match.
+    assert_eq!(
+        put.body["errors"][0]["witness"],
+        json!({"a": "1"}),
+        "{}",
+        put.text
+    );
     let mismatch = api
         .send_json(
             Method::PUT,
@@ -629,6 +638,11 @@ async fn operations_endpoints(db: TestDb) {
         (ready.status, ready.body["revision"].clone()),
         (StatusCode::OK, json!(1))
     );
+    assert_eq!(ready.body["store"], json!({"status": "up"}));
+    assert_eq!(
+        api.get("/healthz/store").await.body,
+        json!({"status": "up", "revision": 1})
+    );
     // Made-up methods from unauthenticated clients share one label value.
     for method in ["BREW", "WHEN"] {
         api.call(
@@ -659,6 +673,7 @@ async fn operations_endpoints(db: TestDb) {
             .contains(r#"vxds_changesets_total{outcome="committed"} 1"#)
     );
     assert!(metrics.text.contains("vxds_store_head_revision 1"));
+    assert!(metrics.text.contains("vxds_store_up 1"), "{}", metrics.text);
     let served = api.get("/v1/openapi.json").await;
     assert_eq!(
         served.body,
@@ -767,5 +782,14 @@ async fn database_errors_stay_inside(db: TestDb) {
             reply.text
         );
     }
-    assert_problem(&api.get("/readyz").await, 503);
+    assert_eq!(reply.headers["retry-after"], "1");
+    // Still ready: the index serves xDS; the store's state is shown, and probed apart.
+    let ready = api.get("/readyz").await;
+    assert_eq!(ready.status, StatusCode::OK);
+    assert_eq!(ready.body["store"]["status"], "down");
+    assert_eq!(ready.body["store"]["reason"], "the store was closed");
+    let store = api.get("/healthz/store").await;
+    assert_problem(&store, 503);
+    assert_eq!(store.headers["retry-after"], "1");
+    assert!(api.get("/metrics").await.text.contains("vxds_store_up 0"));
 }

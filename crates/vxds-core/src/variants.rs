@@ -67,16 +67,23 @@ pub enum VariantSetError {
     TooManyKeys { count: usize, limit: usize },
     #[error(
         "variant {second} has the same constraints as variant {first} (id {id}){}",
-        witness.as_ref().map(|w| format!(": both match {w}")).unwrap_or_default()
+        match (witness, never_matches) {
+            (Some(w), _) => format!(": both match {w}"),
+            (None, true) => ", which no parameter set can match".to_owned(),
+            (None, false) => String::new(),
+        }
     )]
     DuplicateVariant {
         first: usize,
         second: usize,
         id: ConstraintsId,
-        /// A parameter set both match; `None` when no parameter set matches them (or the
-        /// analysis ran out of budget looking for one).
+        /// A parameter set both match; `None` when none does (`never_matches`), or when the
+        /// analysis ran out of budget looking for one.
         #[serde(skip_serializing_if = "Option::is_none")]
         witness: Option<ParamSet>,
+        /// No parameter set matches the constraints at all: there is no witness to give.
+        #[serde(skip_serializing_if = "std::ops::Not::not")]
+        never_matches: bool,
     },
     #[error(
         "variant {variant} constrains keys {} but variant {reference} constrains {}{}{}",
@@ -265,15 +272,17 @@ pub fn check_mutual_exclusivity(
         .map(|compiled| exclusivity::find_overlaps(compiled, &mut budget));
     // A witness for each duplicate from what budget is left: the set is refused either way.
     errors.extend(duplicates.into_iter().map(|(first, second, d)| {
-        let witness = compiled
+        let found = compiled
             .as_ref()
             .ok()
-            .and_then(|c| exclusivity::satisfying(c, d, &mut budget).ok().flatten());
+            .and_then(|c| exclusivity::satisfying(c, d, &mut budget).ok());
         VariantSetError::DuplicateVariant {
             first,
             second,
             id: variants[second].id(),
-            witness,
+            // Decided and nothing found: the constraints contradict themselves.
+            never_matches: matches!(found, Some(None)),
+            witness: found.flatten(),
         }
     }));
     match overlaps {

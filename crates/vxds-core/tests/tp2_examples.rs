@@ -437,15 +437,34 @@ fn duplicates_carry_a_witness_when_they_match_something() {
         "{e}"
     );
 
-    // A contradiction twice is still a duplicate, with nothing to show.
-    let v = variants(&[r#"a = "1" && a = "2""#, r#"a = "2" && a = "1""#]);
+    // Unconstrained twice: any parameter set, the empty one too.
+    let v = variants(&["*", "*"]);
     let errors = check_mutual_exclusivity(&v, &VariantLimits::DEFAULT);
     assert!(
         matches!(
             errors.as_slice(),
-            [VariantSetError::DuplicateVariant { witness: None, .. }]
+            [VariantSetError::DuplicateVariant { witness: Some(w), never_matches: false, .. }] if w.is_empty()
         ),
         "{errors:?}"
+    );
+
+    // A contradiction twice is still a duplicate, with nothing to show, and says so.
+    let v = variants(&[r#"a = "1" && a = "2""#, r#"a = "2" && a = "1""#]);
+    let errors = check_mutual_exclusivity(&v, &VariantLimits::DEFAULT);
+    let [
+        e @ VariantSetError::DuplicateVariant {
+            witness: None,
+            never_matches: true,
+            ..
+        },
+    ] = errors.as_slice()
+    else {
+        panic!("{errors:?}")
+    };
+    assert!(
+        e.to_string()
+            .ends_with(", which no parameter set can match"),
+        "{e}"
     );
 }
 

@@ -9,6 +9,11 @@ pub enum StoreError {
     /// The database cannot be reached or is refusing work for now: worth retrying (503).
     #[error("the store is unavailable")]
     Unavailable(#[source] sqlx::Error),
+    /// The store is known to be unreachable (the change feed or a probe found it so): the
+    /// request was not tried, so that it fails at once instead of after the acquire timeout
+    /// (503).
+    #[error("the store is unreachable; not trying until it answers again")]
+    Down,
     /// The database answered with an error that retrying will not fix (500; logged).
     #[error("the store failed")]
     Database(#[source] sqlx::Error),
@@ -26,6 +31,18 @@ pub enum StoreError {
     Io(#[source] std::io::Error),
 }
 
+impl StoreError {
+    /// Whether this says the database cannot be reached at all (not that it is busy): what
+    /// makes the store probe it and, if it does not answer, declare it down.
+    pub fn is_outage(&self) -> bool {
+        match self {
+            StoreError::Unavailable(e) => is_outage(e),
+            StoreError::Down => true,
+            _ => false,
+        }
+    }
+}
+
 impl From<sqlx::Error> for StoreError {
     fn from(e: sqlx::Error) -> Self {
         if is_connection_class(&e) {
@@ -36,23 +53,32 @@ impl From<sqlx::Error> for StoreError {
     }
 }
 
-/// Errors of reaching the database rather than of the statement: the connection, the pool,
-/// Postgres' connection-exception class (08), shutdown and start-up (57P0x), too many
-/// connections (53300); SQLite busy or locked.
+/// Errors worth retrying, of reaching the database rather than of the statement: an outage
+/// ([`is_outage`]), a closed pool, too many connections (53300), a statement cancelled by
+/// `statement_timeout` (57014); SQLite busy or locked.
 fn is_connection_class(e: &sqlx::Error) -> bool {
+    is_outage(e)
+        || match e {
+            sqlx::Error::PoolClosed => true,
+            sqlx::Error::Database(db) => db.code().is_some_and(|code| {
+                matches!(&*code, "53300" | "57014" | "5" | "6" | "261" | "517")
+            }),
+            _ => false,
+        }
+}
+
+/// The database cannot be reached: the connection failed or broke, no connection came within
+/// the acquire timeout, Postgres' connection-exception class (08), or it is shutting down or
+/// starting up (57P0x).
+pub(crate) fn is_outage(e: &sqlx::Error) -> bool {
     match e {
         sqlx::Error::Io(_)
         | sqlx::Error::Tls(_)
         | sqlx::Error::Protocol(_)
         | sqlx::Error::PoolTimedOut
-        | sqlx::Error::PoolClosed
         | sqlx::Error::WorkerCrashed => true,
         sqlx::Error::Database(db) => db.code().is_some_and(|code| {
-            code.starts_with("08")
-                || matches!(
-                    &*code,
-                    "57P01" | "57P02" | "57P03" | "53300" | "5" | "6" | "261" | "517"
-                )
+            code.starts_with("08") || matches!(&*code, "57P01" | "57P02" | "57P03")
         }),
         _ => false,
     }

@@ -16,5 +16,8 @@ mod store;
 pub use error::{ApplyError, Conflict, StoreError};
 pub use index::{Index, IndexedResource, IndexedVariant, Snapshot};
 pub use model::*;
-pub use store::{Backend, Store, StoreMetrics, StoreOptions, migrate_url, redact};
+pub use store::{
+    Backend, DEFAULT_ACQUIRE_TIMEOUT, DEFAULT_STATEMENT_TIMEOUT, DownReason, PROBE_PERIOD, Store,
+    StoreMetrics, StoreOptions, StoreState, migrate_url, redact,
+};
 pub use vxds_envoy::changeset::ResourceKey;

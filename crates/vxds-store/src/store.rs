@@ -7,8 +7,10 @@
 //! tells every replica too ([`notify`]). A poller reads the head now and then ([`follow`]):
 //! the only way to learn of another process's commits on SQLite, and on Postgres the fallback
 //! when the LISTEN connection went half-open; it also notices a head that went backwards.
+//! While the database cannot be reached, requests are refused at once ([`health`]).
 
 mod follow;
+mod health;
 mod notify;
 mod read;
 mod write;
@@ -18,6 +20,7 @@ use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
 use prometheus_client::metrics::counter::Counter;
+use prometheus_client::metrics::gauge::Gauge;
 use prometheus_client::registry::Registry;
 
 use sqlx::any::{AnyPoolOptions, install_default_drivers};
@@ -28,6 +31,8 @@ use tokio::task::JoinHandle;
 use vxds_envoy::changeset::ValidationConfig;
 
 use crate::error::StoreError;
+
+pub use health::{DownReason, PROBE_PERIOD, StoreState};
 
 static MIGRATIONS: Migrator = sqlx::migrate!("../../migrations");
 
@@ -60,7 +65,18 @@ pub struct StoreOptions {
     /// backend's default (SQLite 500 ms: other processes' commits; Postgres 10 s: a fallback
     /// for a LISTEN connection gone half-open).
     pub head_poll: Option<Duration>,
+    /// How long a request waits for a connection (and a probe for an answer) before the store
+    /// counts as unreachable. sqlx's default, 30 s, would hang every request that long.
+    pub acquire_timeout: Duration,
+    /// Longest a statement may run (Postgres `statement_timeout`; on SQLite how long it waits
+    /// for another writer, `busy_timeout`). Zero: no limit on Postgres.
+    pub statement_timeout: Duration,
 }
+
+/// The default [`StoreOptions::acquire_timeout`].
+pub const DEFAULT_ACQUIRE_TIMEOUT: Duration = Duration::from_secs(2);
+/// The default [`StoreOptions::statement_timeout`].
+pub const DEFAULT_STATEMENT_TIMEOUT: Duration = Duration::from_secs(30);
 
 impl Default for StoreOptions {
     fn default() -> Self {
@@ -69,6 +85,8 @@ impl Default for StoreOptions {
             max_connections: 8,
             validation: ValidationConfig::default(),
             head_poll: None,
+            acquire_timeout: DEFAULT_ACQUIRE_TIMEOUT,
+            statement_timeout: DEFAULT_STATEMENT_TIMEOUT,
         }
     }
 }
@@ -83,6 +101,10 @@ pub struct StoreMetrics {
     pub head_resets: Counter,
     /// Reconnections of the LISTEN connection.
     pub listen_reconnects: Counter,
+    /// 1 while the store answers, 0 while it is found unreachable.
+    pub up: Gauge,
+    /// Times the store was found unreachable.
+    pub outages: Counter,
 }
 
 impl StoreMetrics {
@@ -101,6 +123,16 @@ impl StoreMetrics {
             "vxds_store_listen_reconnects",
             "Reconnections of the Postgres LISTEN connection",
             self.listen_reconnects.clone(),
+        );
+        registry.register(
+            "vxds_store_up",
+            "1 while the store answers, 0 while it is unreachable (writes and store reads get 503)",
+            self.up.clone(),
+        );
+        registry.register(
+            "vxds_store_outages",
+            "Times the store was found unreachable",
+            self.outages.clone(),
         );
     }
 }
@@ -122,6 +154,7 @@ struct Inner {
     /// Writers of this process queue here before they take a connection, so that waiting
     /// for the head lock never ties up the pool that reads and readiness need.
     write_queue: tokio::sync::Semaphore,
+    health: Arc<health::Health>,
     metrics: StoreMetrics,
     tasks: Mutex<Vec<JoinHandle<()>>>,
 }
@@ -139,8 +172,10 @@ impl Store {
     pub async fn connect(url: &str, options: StoreOptions) -> Result<Self, StoreError> {
         install_default_drivers();
         let backend = Backend::from_url(url)?;
-        let mut pool_options =
-            AnyPoolOptions::new().max_connections(options.max_connections.max(1));
+        let mut pool_options = AnyPoolOptions::new()
+            .max_connections(options.max_connections.max(1))
+            .acquire_timeout(options.acquire_timeout);
+        let statement_ms = options.statement_timeout.as_millis();
         let mut url = url.to_owned();
         if backend == Backend::Sqlite {
             if is_sqlite_memory(&url) {
@@ -152,13 +187,25 @@ impl Store {
             } else {
                 url = sqlite_create_if_missing(&url)?;
             }
-            pool_options = pool_options.after_connect(|conn, _| {
+            pool_options = pool_options.after_connect(move |conn, _| {
                 Box::pin(async move {
                     // Writers wait for each other instead of failing with SQLITE_BUSY.
-                    sqlx::query("PRAGMA busy_timeout = 30000")
+                    let busy = format!("PRAGMA busy_timeout = {statement_ms}");
+                    sqlx::query(sqlx::AssertSqlSafe(busy))
                         .execute(&mut *conn)
                         .await?;
                     sqlx::query("PRAGMA foreign_keys = ON")
+                        .execute(&mut *conn)
+                        .await?;
+                    Ok(())
+                })
+            });
+        } else {
+            pool_options = pool_options.after_connect(move |conn, _| {
+                Box::pin(async move {
+                    // A statement that runs away (or waits for a lock too long) is cancelled.
+                    let timeout = format!("SET statement_timeout = {statement_ms}");
+                    sqlx::query(sqlx::AssertSqlSafe(timeout))
                         .execute(&mut *conn)
                         .await?;
                     Ok(())
@@ -185,6 +232,11 @@ impl Store {
         drop(setup_lock);
         let head = read_head(&pool).await?;
         let (head_tx, _) = watch::channel(head);
+        let metrics = StoreMetrics::default();
+        let health = Arc::new(health::Health::new(
+            metrics.up.clone(),
+            metrics.outages.clone(),
+        ));
         let store = Store {
             inner: Arc::new(Inner {
                 pool,
@@ -193,7 +245,8 @@ impl Store {
                 head: head_tx,
                 resets: watch::channel(0).0,
                 write_queue: tokio::sync::Semaphore::new(1),
-                metrics: StoreMetrics::default(),
+                health: health.clone(),
+                metrics,
                 tasks: Mutex::new(Vec::new()),
             }),
         };
@@ -201,14 +254,25 @@ impl Store {
         // An in-memory SQLite database has no other writer to learn of.
         let pollable = !is_sqlite_memory(&url);
         let mut tasks = Vec::new();
-        if backend == Backend::Postgres {
-            tasks.push(notify::spawn_listener(
-                url,
-                store.inner.pool.clone(),
-                store.inner.head.clone(),
-                notified.clone(),
-                store.inner.metrics.clone(),
+        if pollable {
+            // An in-memory database cannot become unreachable (and a fresh connection to one
+            // would be another database).
+            tasks.push(health::spawn_prober(
+                health.clone(),
+                url.clone(),
+                options.acquire_timeout,
             ));
+        }
+        if backend == Backend::Postgres {
+            tasks.push(notify::spawn_listener(notify::Listener {
+                url,
+                acquire_timeout: options.acquire_timeout,
+                pool: store.inner.pool.clone(),
+                head: store.inner.head.clone(),
+                notified: notified.clone(),
+                health: health.clone(),
+                metrics: store.inner.metrics.clone(),
+            }));
         }
         if pollable {
             let period = options.head_poll.unwrap_or(match backend {
@@ -221,6 +285,7 @@ impl Store {
                 head: store.inner.head.clone(),
                 resets: store.inner.resets.clone(),
                 notified,
+                health,
                 metrics: store.inner.metrics.clone(),
                 period,
             }));
@@ -256,14 +321,24 @@ impl Store {
         self.inner.head.subscribe()
     }
 
-    /// Checks the database answers (readiness).
+    /// Whether the store answers, as this process last found it. Never touches the database.
+    pub fn state(&self) -> StoreState {
+        self.inner.health.state()
+    }
+
+    /// The store's state as it changes.
+    pub fn watch_state(&self) -> watch::Receiver<StoreState> {
+        self.inner.health.watch()
+    }
+
+    /// Checks the database answers.
     pub async fn ping(&self) -> Result<(), StoreError> {
-        read_head(&self.inner.pool).await.map(drop)
+        self.head_revision().await.map(drop)
     }
 
     /// The head revision, read from the database.
     pub async fn head_revision(&self) -> Result<u64, StoreError> {
-        read_head(&self.inner.pool).await
+        self.guarded(read_head(&self.inner.pool)).await
     }
 
     /// Stops following the database and closes the pool.
@@ -271,7 +346,22 @@ impl Store {
         if let Ok(mut tasks) = self.inner.tasks.lock() {
             tasks.drain(..).for_each(|t| t.abort());
         }
+        self.inner.health.down(DownReason::Closed);
         self.inner.pool.close().await;
+    }
+
+    /// Runs an operation on the database: refused at once while the store is down, and an
+    /// outage it runs into asks for a probe.
+    async fn guarded<T>(
+        &self,
+        operation: impl Future<Output = Result<T, StoreError>>,
+    ) -> Result<T, StoreError> {
+        self.inner.health.check()?;
+        let result = operation.await;
+        if let Err(e) = &result {
+            self.inner.health.observe(e);
+        }
+        result
     }
 
     fn pool(&self) -> &AnyPool {
@@ -310,9 +400,11 @@ pub async fn migrate_url(url: &str) -> Result<(), StoreError> {
     Ok(())
 }
 
-async fn read_head(pool: &AnyPool) -> Result<u64, StoreError> {
+async fn read_head<'c>(
+    executor: impl sqlx::Executor<'c, Database = sqlx::Any>,
+) -> Result<u64, StoreError> {
     let row = sqlx::query("SELECT revision FROM vxds_head WHERE id = 1")
-        .fetch_optional(pool)
+        .fetch_optional(executor)
         .await;
     match row {
         Ok(Some(row)) => Ok(row.try_get::<i64, _>(0)? as u64),

@@ -21,6 +21,8 @@ use vxds_testkit::{TestDb, on_both_backends};
 // A test crate's root resolves modules beside it, not in a folder named after it.
 #[path = "contract/following.rs"]
 mod following;
+#[path = "contract/outage.rs"]
+mod outage;
 
 const ROUTE: &str = "type.googleapis.com/envoy.config.route.v3.RouteConfiguration";
 const CLUSTER: &str = "type.googleapis.com/envoy.config.cluster.v3.Cluster";

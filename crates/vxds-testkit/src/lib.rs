@@ -3,9 +3,11 @@
 //!
 //! Postgres databases are created on the server at `DATABASE_URL` (default
 //! `postgres://postgres@127.0.0.1:5432/postgres`) and dropped afterwards, even when the test
-//! fails. A missing Postgres fails the test loudly: these tests are never skipped.
+//! fails. A missing Postgres fails the test loudly: these tests are never skipped. [`proxy`]
+//! stands between a store and Postgres for tests of a database that goes away.
 #![forbid(unsafe_code)]
 
+pub mod proxy;
 pub mod serve;
 
 use std::future::Future;
@@ -93,6 +95,24 @@ impl TestDb {
                 }
             }
         }
+    }
+
+    /// The Postgres server's address (for [`proxy::TcpProxy`]); panics on SQLite.
+    pub fn postgres_addr(&self) -> std::net::SocketAddr {
+        use std::net::ToSocketAddrs;
+        assert_eq!(self.backend, Db::Postgres, "only Postgres has an address");
+        let rest = self.url.split_once("://").map_or("", |(_, r)| r);
+        let host = rest.rsplit_once('@').map_or(rest, |(_, h)| h);
+        let host = host.split(['/', '?']).next().unwrap_or(host);
+        let host = if host.contains(':') {
+            host.to_owned()
+        } else {
+            format!("{host}:5432")
+        };
+        host.to_socket_addrs()
+            .ok()
+            .and_then(|mut a| a.next())
+            .unwrap_or_else(|| panic!("resolving the Postgres address `{host}`"))
     }
 
     /// A store on this database, migrated.

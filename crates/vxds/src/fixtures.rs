@@ -1,8 +1,12 @@
 //! Fixture files: YAML (multi-document) or JSON (one document or an array), each document a
 //! resource as a put operation has it: `{type, name, variants}`. Folders are read recursively,
-//! files in name order. Problems point back at the file and document they came from.
+//! files in name order. Problems point back at the file, line and column, and the document,
+//! they came from ([`position`]).
+
+mod position;
 
 use std::path::{Path, PathBuf};
+use std::sync::Arc;
 
 use anyhow::{Context, bail};
 use serde::Deserialize;
@@ -14,8 +18,45 @@ use vxds_envoy::pointer::pointer_from_serde_path;
 #[derive(Clone, Debug)]
 pub struct Source {
     pub file: PathBuf,
-    /// 1-based.
+    /// 1-based, counting documents that hold something.
     pub document: usize,
+    /// The file's text, to find positions in.
+    text: Arc<str>,
+    place: Place,
+}
+
+/// Where in its file's text a document is.
+#[derive(Clone, Copy, Debug)]
+enum Place {
+    /// YAML document `n` (from 0, counting empty ones).
+    Yaml(usize),
+    /// Element `n` of a JSON file's top-level array.
+    JsonElement(usize),
+    /// A JSON file's one document.
+    Json,
+}
+
+impl Source {
+    /// `file:line:column (document n)` for the node `pointer` (into the document) names.
+    pub fn describe(&self, pointer: &str) -> String {
+        let mut path = position::tokens(pointer);
+        let document = match self.place {
+            Place::Yaml(n) => n,
+            Place::JsonElement(n) => {
+                path.insert(0, n.to_string());
+                0
+            }
+            Place::Json => 0,
+        };
+        match position::position(&self.text, document, &path) {
+            Some((line, column)) => format!(
+                "{}:{line}:{column} (document {})",
+                self.file.display(),
+                self.document
+            ),
+            None => format!("{} (document {})", self.file.display(), self.document),
+        }
+    }
 }
 
 #[derive(Debug, Default)]
@@ -58,13 +99,14 @@ impl Fixtures {
                 let tail = if tail.is_empty() {
                     String::new()
                 } else {
-                    format!(" /{tail}")
+                    format!("/{tail}")
                 };
-                format!(
-                    "{} (document {}){tail}",
-                    source.file.display(),
-                    source.document
-                )
+                let at = source.describe(&tail);
+                if tail.is_empty() {
+                    at
+                } else {
+                    format!("{at} {tail}")
+                }
             }
             None => format!(
                 "operation {index}{}",
@@ -94,19 +136,21 @@ pub fn load(paths: &[PathBuf]) -> anyhow::Result<Fixtures> {
         ..Default::default()
     };
     for file in files {
-        let text = std::fs::read_to_string(&file)
-            .with_context(|| format!("reading {}", file.display()))?;
-        for (i, value) in documents(&file, &text)?.into_iter().enumerate() {
+        let text: Arc<str> = std::fs::read_to_string(&file)
+            .with_context(|| format!("reading {}", file.display()))?
+            .into();
+        for (i, (place, value)) in documents(&file, &text)?.into_iter().enumerate() {
             let source = Source {
                 file: file.clone(),
                 document: i + 1,
+                text: text.clone(),
+                place,
             };
             let document: PutRequest = serde_path_to_error::deserialize(value).map_err(|e| {
                 let pointer = pointer_from_serde_path(e.path()).to_string();
                 anyhow::anyhow!(
-                    "{} (document {}) {}: {}",
-                    file.display(),
-                    source.document,
+                    "{} {}: {}",
+                    source.describe(&pointer),
                     if pointer.is_empty() { "/" } else { &pointer },
                     e.inner()
                 )
@@ -155,23 +199,38 @@ fn collect(path: &Path, out: &mut Vec<PathBuf>) -> anyhow::Result<()> {
     Ok(())
 }
 
-fn documents(file: &Path, text: &str) -> anyhow::Result<Vec<Value>> {
+/// The documents of a file that hold something, with where each is.
+fn documents(file: &Path, text: &str) -> anyhow::Result<Vec<(Place, Value)>> {
     let is_json = file.extension().and_then(|e| e.to_str()) == Some("json");
     if is_json {
-        let value: Value = serde_json::from_str(text)
-            .with_context(|| format!("{} is not valid JSON", file.display()))?;
+        let value: Value = serde_json::from_str(text).map_err(|e| {
+            anyhow::anyhow!(
+                "{}:{}:{}: not valid JSON: {e}",
+                file.display(),
+                e.line(),
+                e.column()
+            )
+        })?;
         return Ok(match value {
-            Value::Array(items) => items,
-            other => vec![other],
+            Value::Array(items) => items
+                .into_iter()
+                .enumerate()
+                .map(|(n, v)| (Place::JsonElement(n), v))
+                .collect(),
+            other => vec![(Place::Json, other)],
         });
     }
     let mut out = Vec::new();
-    for (i, document) in serde_norway::Deserializer::from_str(text).enumerate() {
-        let value = Value::deserialize(document).with_context(|| {
-            format!("{} (document {}) is not valid YAML", file.display(), i + 1)
+    for (n, document) in serde_norway::Deserializer::from_str(text).enumerate() {
+        let value = Value::deserialize(document).map_err(|e| {
+            let at = e.location().map_or_else(
+                || file.display().to_string(),
+                |l| format!("{}:{}:{}", file.display(), l.line(), l.column()),
+            );
+            anyhow::anyhow!("{at} (document {}): not valid YAML: {e}", out.len() + 1)
         })?;
         if !value.is_null() {
-            out.push(value);
+            out.push((Place::Yaml(n), value));
         }
     }
     Ok(out)

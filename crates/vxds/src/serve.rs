@@ -63,6 +63,14 @@ pub struct ServeArgs {
     /// Database connections in the pool.
     #[arg(long, env = "VXDS_DATABASE_CONNECTIONS", default_value_t = 8)]
     pub database_connections: u32,
+    /// How long a request waits for a database connection before it is refused (503). While
+    /// the store is known to be unreachable, requests are refused at once.
+    #[arg(long, env = "VXDS_DATABASE_ACQUIRE_TIMEOUT", default_value = "2s", value_parser = humantime::parse_duration)]
+    pub database_acquire_timeout: std::time::Duration,
+    /// Longest a database statement may run (Postgres `statement_timeout`; on SQLite, how long
+    /// a writer waits for another's lock). `0s`: no limit on Postgres.
+    #[arg(long, env = "VXDS_DATABASE_STATEMENT_TIMEOUT", default_value = "30s", value_parser = humantime::parse_duration)]
+    pub database_statement_timeout: std::time::Duration,
     /// Where the xDS server (ADS, the per-type services, CSDS) listens.
     #[arg(long, env = "VXDS_XDS_ADDR", default_value = "127.0.0.1:18000")]
     pub xds_addr: SocketAddr,
@@ -201,6 +209,8 @@ pub async fn run(args: ServeArgs) -> anyhow::Result<ExitCode> {
             ..Default::default()
         },
         head_poll: args.store_head_poll,
+        acquire_timeout: args.database_acquire_timeout,
+        statement_timeout: args.database_statement_timeout,
     };
     let store = Store::connect(&args.database_url, options)
         .await

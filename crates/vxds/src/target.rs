@@ -151,12 +151,12 @@ impl Target {
         Ok(Reply { status, body })
     }
 
-    /// The store's head revision.
+    /// The store's head revision, read from the store now.
     pub async fn head(&self) -> anyhow::Result<u64> {
-        let reply = self.call(Method::GET, "/readyz", None).await?;
+        let reply = self.call(Method::GET, "/healthz/store", None).await?;
         match reply.body["revision"].as_u64() {
             Some(revision) if reply.status == 200 => Ok(revision),
-            _ => bail!("the server is not ready (HTTP {})", reply.status),
+            _ => bail!("the store does not answer (HTTP {})", reply.status),
         }
     }
 

@@ -80,10 +80,10 @@ variants:
     let output = run(&["validate", "-f", dir.path().to_str().unwrap()]);
     assert_eq!(output.status.code(), Some(1), "{}", stdout(&output));
     let errors = stderr(&output);
-    assert!(errors.contains("routes.yaml (document 2) /variants/1/constraints: variants 0 and 1 overlap: both match {env=test} [overlapping_variants] (witness: {env=test})"), "{errors}");
+    assert!(errors.contains("routes.yaml:11:18 (document 2) /variants/1/constraints: variants 0 and 1 overlap: both match {env=test} [overlapping_variants] (witness: {env=test})"), "{errors}");
     assert!(
         errors.contains(
-            "clusters.json (document 1): aggregate clusters form a cycle: a → a [aggregate_cycle]"
+            "clusters.json:1:2 (document 1): aggregate clusters form a cycle: a → a [aggregate_cycle]"
         ),
         "{errors}"
     );
@@ -100,9 +100,27 @@ variants:
     ]);
     assert_eq!(output.status.code(), Some(2));
     assert!(
-        stderr(&output).contains("broken.yaml (document 1) /variants: invalid type"),
+        stderr(&output).contains("broken.yaml:3:11 (document 1) /variants: invalid type"),
         "{}",
         stderr(&output)
+    );
+
+    // Not YAML at all: where the parser stopped.
+    std::fs::write(
+        dir.path().join("broken.yaml"),
+        "type: route\n---\nname: [x\nvariants: []\n",
+    )
+    .unwrap();
+    let output = run(&[
+        "validate",
+        "-f",
+        dir.path().join("broken.yaml").to_str().unwrap(),
+    ]);
+    assert_eq!(output.status.code(), Some(2));
+    let error = stderr(&output);
+    assert!(
+        error.contains("broken.yaml:4:") && error.contains("(document 2): not valid YAML"),
+        "{error}"
     );
 }
 

@@ -12,6 +12,7 @@ on_both_backends!(
     path_parameters_are_decoded_once,
     cli_encoding_round_trips_any_name,
     a_body_needs_a_json_or_yaml_content_type,
+    json_sent_as_a_form_is_read_with_a_warning,
     host_must_name_this_server,
     writes_from_other_origins_are_refused,
     if_none_match_star_creates_only,
@@ -225,6 +226,56 @@ async fn a_body_needs_a_json_or_yaml_content_type(db: TestDb) {
         );
     }
     assert_eq!(api.store.head_revision().await.unwrap(), 0);
+}
+
+/// `curl -d '{...}'` sends JSON as `application/x-www-form-urlencoded`: it is read as JSON,
+/// with a `Warning`; a real form body is still refused (415), and a JSON-typed body gets no
+/// warning.
+async fn json_sent_as_a_form_is_read_with_a_warning(db: TestDb) {
+    let api = serve(&db, Tokens::none(), DEFAULT_BODY_LIMIT).await;
+    const FORM: &str = "application/x-www-form-urlencoded";
+    let put = api
+        .call(
+            Method::PUT,
+            "/v1/resources/route/r",
+            Some((FORM, variants("r", &[("*", "x")]).to_string())),
+            &[],
+        )
+        .await;
+    assert_eq!(put.status, StatusCode::CREATED, "{}", put.text);
+    let warning = put.headers["warning"].to_str().unwrap();
+    assert!(warning.starts_with("299 - \""), "{warning}");
+    assert!(warning.contains("application/json"), "{warning}");
+    let resolve = json!({"type": "route", "name": "r"}).to_string();
+    let resolved = api
+        .call(
+            Method::POST,
+            "/v1/resolve",
+            Some((FORM, resolve.clone())),
+            &[],
+        )
+        .await;
+    assert_eq!(resolved.status, StatusCode::OK, "{}", resolved.text);
+    assert!(resolved.headers.contains_key("warning"));
+    let plain = api
+        .call(
+            Method::POST,
+            "/v1/resolve",
+            Some(("application/json", resolve)),
+            &[],
+        )
+        .await;
+    assert!(!plain.headers.contains_key("warning"));
+    let form = api
+        .call(
+            Method::POST,
+            "/v1/resolve",
+            Some((FORM, "type=route".into())),
+            &[],
+        )
+        .await;
+    assert_problem(&form, 415);
+    assert!(!form.headers.contains_key("warning"));
 }
 
 /// `Host` must be a loopback name, the listen address or a configured name (DNS rebinding);

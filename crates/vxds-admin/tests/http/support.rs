@@ -40,11 +40,21 @@ pub(crate) async fn serve_with(
     body_limit: usize,
     origins: OriginPolicy,
 ) -> Api {
+    serve_store(db.store().await, tokens, body_limit, origins).await
+}
+
+/// The admin API over `store`, with the store's metrics in `/metrics` as `vxds serve` has them.
+pub(crate) async fn serve_store(
+    store: Store,
+    tokens: Tokens,
+    body_limit: usize,
+    origins: OriginPolicy,
+) -> Api {
     let _ = rustls::crypto::ring::default_provider().install_default();
-    let store = db.store().await;
     let (index, follower) = index::start(store.clone()).await.unwrap();
     let mut registry = Registry::default();
     let metrics = Arc::new(AdminMetrics::register(&mut registry));
+    store.metrics().register(&mut registry);
     let state = AdminState::new(
         store.clone(),
         index,

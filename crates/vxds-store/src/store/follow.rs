@@ -14,6 +14,7 @@ use tokio::sync::{Notify, watch};
 use tokio::task::JoinHandle;
 use tracing::{debug, warn};
 
+use super::health::Health;
 use super::{Backend, StoreMetrics, publish, read_head};
 
 /// What LISTEN has delivered, and the way to tell it to reconnect.
@@ -44,6 +45,7 @@ pub(super) struct Poller {
     pub head: watch::Sender<u64>,
     pub resets: watch::Sender<u64>,
     pub notified: Arc<Notified>,
+    pub health: Arc<Health>,
     pub metrics: StoreMetrics,
     pub period: Duration,
 }
@@ -64,6 +66,7 @@ pub(super) fn spawn_head_poller(poller: Poller) -> JoinHandle<()> {
                 Ok(revision) => revision,
                 Err(e) => {
                     debug!(error = %e, "polling the head failed");
+                    poller.health.observe(&e);
                     continue;
                 }
             };

@@ -5,28 +5,48 @@
 //! notifications, so after every (re)connect the listener reads the head revision once to
 //! catch up. A connection that goes half-open delivers nothing and reports no error: the head
 //! poller ([`super::follow`]) notices the gap and tells the listener to reconnect.
+//!
+//! The listener is also the first to know that the database went away: a dropped connection
+//! asks for a probe, and a reconnection that fails for want of the database marks the store
+//! down; one that succeeds marks it up ([`super::health`]).
 
 use std::sync::Arc;
+use std::time::Duration;
 
 use backon::Retryable;
 use sqlx::AnyPool;
-use sqlx::postgres::PgListener;
+use sqlx::postgres::{PgListener, PgPoolOptions};
 use tokio::sync::watch;
 use tokio::task::JoinHandle;
 use tracing::{debug, warn};
 
 use super::follow::Notified;
+use super::health::{DownReason, Health};
 use super::{StoreMetrics, publish, read_head, retry_policy};
 
 pub(crate) const CHANNEL: &str = "vxds_revisions";
 
-pub(super) fn spawn_listener(
-    url: String,
-    pool: AnyPool,
-    head: watch::Sender<u64>,
-    notified: Arc<Notified>,
-    metrics: StoreMetrics,
-) -> JoinHandle<()> {
+pub(super) struct Listener {
+    pub url: String,
+    /// Bounds each (re)connection, as it bounds the pool's acquire.
+    pub acquire_timeout: Duration,
+    pub pool: AnyPool,
+    pub head: watch::Sender<u64>,
+    pub notified: Arc<Notified>,
+    pub health: Arc<Health>,
+    pub metrics: StoreMetrics,
+}
+
+pub(super) fn spawn_listener(listener: Listener) -> JoinHandle<()> {
+    let Listener {
+        url,
+        acquire_timeout,
+        pool,
+        head,
+        notified,
+        health,
+        metrics,
+    } = listener;
     tokio::spawn(async move {
         let mut connected_before = false;
         loop {
@@ -34,17 +54,36 @@ pub(super) fn spawn_listener(
                 metrics.listen_reconnects.inc();
             }
             let mut listener = (|| async {
-                let mut listener = PgListener::connect(&url).await?;
+                // PgListener::connect's own pool waits 30 s for a connection, and reconnects
+                // inside `try_recv` as long: bound it, and reconnect here instead, so that a
+                // lost connection is reported at once.
+                let pool = PgPoolOptions::new()
+                    .max_connections(1)
+                    .max_lifetime(None)
+                    .idle_timeout(None)
+                    .acquire_timeout(acquire_timeout)
+                    .connect(&url)
+                    .await?;
+                let mut listener = PgListener::connect_with(&pool).await?;
+                listener.eager_reconnect(false);
                 listener.listen(CHANNEL).await?;
                 Ok::<_, sqlx::Error>(listener)
             })
-            .retry(retry_policy())
-            .notify(|e, after| warn!(error = %e, ?after, "LISTEN connection failed; retrying"))
+            // Every second at most: once the database is back, this replica should hear of
+            // other replicas' commits soon.
+            .retry(retry_policy().with_max_delay(Duration::from_secs(1)))
+            .notify(|e, after| {
+                if crate::error::is_outage(e) {
+                    health.down(DownReason::ChangeFeedLost);
+                }
+                warn!(error = %e, ?after, "LISTEN connection failed; retrying");
+            })
             .await
             .expect("the retry policy never gives up");
             // Whatever was committed while we were not listening.
             match (|| read_head(&pool)).retry(retry_policy()).await {
                 Ok(revision) => {
+                    health.up();
                     notified.record(revision);
                     publish(&head, revision);
                 }
@@ -68,10 +107,14 @@ pub(super) fn spawn_listener(
                             "ignoring a malformed notification"
                         ),
                     },
-                    // The connection dropped: reconnect and catch up.
-                    Ok(None) => break,
+                    // The connection dropped: reconnect and catch up. Is the database gone?
+                    Ok(None) => {
+                        health.suspect();
+                        break;
+                    }
                     Err(e) => {
                         warn!(error = %e, "LISTEN connection failed");
+                        health.suspect();
                         break;
                     }
                 }

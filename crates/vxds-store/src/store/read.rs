@@ -33,6 +33,37 @@ const VARIANT_COLUMNS: &str = "v.type_url, v.name, v.variant_id, v.constraints, 
 impl Store {
     /// One resource with its variants.
     pub async fn get(&self, key: &ResourceKey) -> Result<Option<StoredResource>, StoreError> {
+        self.guarded(self.fetch_resource(key)).await
+    }
+
+    /// A page of resources in (type, name) order.
+    pub async fn list(&self, query: &ListQuery) -> Result<ListPage, StoreError> {
+        self.guarded(self.fetch_page(query)).await
+    }
+
+    /// One revision with what it changed.
+    pub async fn revision(&self, revision: u64) -> Result<Option<Revision>, StoreError> {
+        Ok(self
+            .guarded(self.fetch_revisions(revision.saturating_sub(1), revision, 1))
+            .await?
+            .pop())
+    }
+
+    /// Up to `limit` revisions after `after`, oldest first.
+    pub async fn revisions(&self, after: u64, limit: usize) -> Result<Vec<Revision>, StoreError> {
+        self.guarded(self.fetch_revisions(after, i64::MAX as u64, limit.clamp(1, 1000)))
+            .await
+    }
+
+    /// Everything committed after `revision` (everything, for 0), from one snapshot.
+    pub async fn changes_since(&self, revision: u64) -> Result<ChangeBatch, StoreError> {
+        self.guarded(self.fetch_changes(revision)).await
+    }
+
+    async fn fetch_resource(
+        &self,
+        key: &ResourceKey,
+    ) -> Result<Option<StoredResource>, StoreError> {
         let mut tx = self.begin_snapshot().await?;
         let sql = sqlx::AssertSqlSafe(format!(
             "SELECT {RESOURCE_COLUMNS} FROM vxds_resources r WHERE r.type_url = $1 AND r.name = $2"
@@ -62,8 +93,7 @@ impl Store {
         Ok(Some(resource))
     }
 
-    /// A page of resources in (type, name) order.
-    pub async fn list(&self, query: &ListQuery) -> Result<ListPage, StoreError> {
+    async fn fetch_page(&self, query: &ListQuery) -> Result<ListPage, StoreError> {
         let limit = query.limit.clamp(1, 1000);
         let (after_type, after_name) = query
             .after
@@ -110,21 +140,7 @@ impl Store {
         Ok(ListPage { resources, next })
     }
 
-    /// One revision with what it changed.
-    pub async fn revision(&self, revision: u64) -> Result<Option<Revision>, StoreError> {
-        Ok(self
-            .revisions_between(revision.saturating_sub(1), revision, 1)
-            .await?
-            .pop())
-    }
-
-    /// Up to `limit` revisions after `after`, oldest first.
-    pub async fn revisions(&self, after: u64, limit: usize) -> Result<Vec<Revision>, StoreError> {
-        self.revisions_between(after, i64::MAX as u64, limit.clamp(1, 1000))
-            .await
-    }
-
-    async fn revisions_between(
+    async fn fetch_revisions(
         &self,
         after: u64,
         up_to: u64,
@@ -188,8 +204,7 @@ impl Store {
         Ok(revisions)
     }
 
-    /// Everything committed after `revision` (everything, for 0), from one snapshot.
-    pub async fn changes_since(&self, revision: u64) -> Result<ChangeBatch, StoreError> {
+    async fn fetch_changes(&self, revision: u64) -> Result<ChangeBatch, StoreError> {
         let revision = revision.min(i64::MAX as u64);
         let mut tx = self.begin_snapshot().await?;
         let head = sqlx::query("SELECT revision FROM vxds_head WHERE id = 1")

@@ -49,12 +49,18 @@ impl Store {
         request: ChangesetRequest,
         author: Option<String>,
     ) -> Result<Applied, ApplyError> {
+        // While the store is down, not even validation: the answer is 503 either way.
+        self.inner.health.check()?;
         let config = self.inner.validation.clone();
         // Validation is CPU work (the exclusivity analysis): keep it off the runtime threads.
         let checked = tokio::task::spawn_blocking(move || changeset::check(&request, &config))
             .await
             .map_err(|e| StoreError::Corrupt(format!("validation panicked: {e}")))?;
-        let (applied, committed) = self.write(checked, author).await?;
+        let written = self.write(checked, author).await;
+        if let Err(ApplyError::Store(e)) = &written {
+            self.inner.health.observe(e);
+        }
+        let (applied, committed) = written?;
         if committed {
             self.publish_head(applied.revision);
         }
@@ -76,6 +82,8 @@ impl Store {
         let changeset = &changeset;
         // Queue behind this process's other writers before taking a connection.
         let _turn = self.inner.write_queue.acquire().await.ok();
+        // Found down while this writer queued: refuse now rather than wait out the pool.
+        self.inner.health.check()?;
         let mut tx = self.pool().begin().await.map_err(StoreError::from)?;
         if self.backend() == Backend::Postgres {
             // Stated, not assumed from the server's default: the head row lock serialises
