@@ -3,14 +3,18 @@
 //!
 //! A template such as `spiffe://{trust_domain}/ns/{namespace}/sa/{service_account}` is literal
 //! text with `{name}` placeholders. An identity matches when the literals line up; each
-//! placeholder takes a non-empty run of characters that holds no `/` and not the character the
-//! next literal starts with, so `{service}.{namespace}.svc` splits `api.shop.svc` one way only.
+//! placeholder takes a non-empty run of the characters SPIFFE path segments and DNS labels
+//! allow (ASCII letters and digits, `.`, `-`, `_`). An identity that fits in more than one way
+//! (`{namespace}-{env}` against `team-a-prod`) is refused rather than split by guesswork: a
+//! wrong split would hand one tenant another's parameters.
 //! Trusted parameters override whatever the client claims for the same keys (TP2: parameters
 //! that decide access must not come from the client).
 
+use std::collections::HashMap;
 use std::fmt;
 
-use crate::ParamSet;
+use crate::variants::{VariantLimits, VariantSetError, check_mutual_exclusivity};
+use crate::{CanonicalConstraints, Constraint, Constraints, Limits, ParamSet};
 
 /// A parsed identity template.
 #[derive(Clone, Debug, PartialEq, Eq)]
@@ -40,6 +44,11 @@ pub enum IdentityMismatch {
     Missing,
     #[error("identity {identity:?} does not match the template {template:?}")]
     NoMatch { identity: String, template: String },
+    #[error(
+        "identity {identity:?} fits the template {template:?} in more than one way, so its \
+         parameters are ambiguous"
+    )]
+    Ambiguous { identity: String, template: String },
 }
 
 impl IdentityTemplate {
@@ -116,38 +125,83 @@ impl IdentityTemplate {
     /// The trusted parameters `identity` carries, or why it does not fit.
     pub fn trusted_params(&self, identity: Option<&str>) -> Result<ParamSet, IdentityMismatch> {
         let identity = identity.ok_or(IdentityMismatch::Missing)?;
-        let mismatch = || IdentityMismatch::NoMatch {
-            identity: identity.to_owned(),
-            template: self.text.clone(),
-        };
+        let mut memo = HashMap::new();
+        match self.fits(0, identity, 0, &mut memo) {
+            1 => {}
+            0 => {
+                return Err(IdentityMismatch::NoMatch {
+                    identity: identity.to_owned(),
+                    template: self.text.clone(),
+                });
+            }
+            _ => {
+                return Err(IdentityMismatch::Ambiguous {
+                    identity: identity.to_owned(),
+                    template: self.text.clone(),
+                });
+            }
+        }
+        // Exactly one way fits: follow it.
         let mut params = ParamSet::new();
-        let mut rest = identity;
+        let mut at = 0;
         for (i, part) in self.parts.iter().enumerate() {
             match part {
-                Part::Literal(text) => {
-                    rest = rest.strip_prefix(text.as_str()).ok_or_else(mismatch)?
-                }
+                Part::Literal(text) => at += text.len(),
                 Part::Placeholder(name) => {
-                    let stop = match self.parts.get(i + 1) {
-                        Some(Part::Literal(next)) => next.chars().next(),
-                        _ => None,
-                    };
-                    let end = rest
-                        .find(|c: char| c == '/' || Some(c) == stop)
-                        .unwrap_or(rest.len());
-                    if end == 0 {
-                        return Err(mismatch());
-                    }
-                    params.insert(name.clone(), &rest[..end]);
-                    rest = &rest[end..];
+                    let end = (at + 1..=identity.len())
+                        .find(|&end| {
+                            identity.is_char_boundary(end)
+                                && identity[at..end].chars().all(value_char)
+                                && self.fits(i + 1, identity, end, &mut memo) == 1
+                        })
+                        .expect("the one fit");
+                    params.insert(name.clone(), &identity[at..end]);
+                    at = end;
                 }
             }
         }
-        if !rest.is_empty() {
-            return Err(mismatch());
-        }
         Ok(params)
     }
+
+    /// How many ways `identity[at..]` fits `parts[i..]`: 0, 1, or 2 for "more than one".
+    /// Memoized on the position, so it costs parts × length², whatever the identity.
+    fn fits(
+        &self,
+        i: usize,
+        identity: &str,
+        at: usize,
+        memo: &mut HashMap<(usize, usize), u8>,
+    ) -> u8 {
+        if let Some(&known) = memo.get(&(i, at)) {
+            return known;
+        }
+        let rest = &identity[at..];
+        let count = match self.parts.get(i) {
+            None => u8::from(rest.is_empty()),
+            Some(Part::Literal(text)) => match rest.starts_with(text.as_str()) {
+                true => self.fits(i + 1, identity, at + text.len(), memo),
+                false => 0,
+            },
+            Some(Part::Placeholder(_)) => {
+                let longest = rest.find(|c: char| !value_char(c)).unwrap_or(rest.len());
+                let mut count = 0;
+                for end in 1..=longest {
+                    count += self.fits(i + 1, identity, at + end, memo);
+                    if count > 1 {
+                        break;
+                    }
+                }
+                count.min(2)
+            }
+        };
+        memo.insert((i, at), count);
+        count
+    }
+}
+
+/// What a placeholder's value may hold: SPIFFE path segments' and DNS labels' characters.
+fn value_char(c: char) -> bool {
+    c.is_ascii_alphanumeric() || matches!(c, '.' | '-' | '_')
 }
 
 impl fmt::Display for IdentityTemplate {
@@ -162,6 +216,42 @@ fn valid_name(name: &str) -> bool {
         .next()
         .is_some_and(|c| c.is_ascii_alphabetic() || c == '_')
         && chars.all(|c| c.is_ascii_alphanumeric() || matches!(c, '_' | '-' | '.'))
+}
+
+/// A value no identity yields (placeholders take name characters only).
+const UNISSUED: &str = "<no identity>";
+
+/// Whether a client whose identity gives none of the values `constraints` names can still
+/// match it — whatever untrusted parameters it claims. `Some(witness)`: such a client's
+/// parameters, e.g. `namespace != "shop"` or `namespace = "shop" || env = "dev"` with
+/// `{env=dev, namespace=<no identity>}`. `None` when the constraints hold only for identities
+/// they name, or when the analysis gave up within its budget.
+pub fn open_to_any_identity(
+    constraints: &CanonicalConstraints,
+    trusted_keys: &[String],
+    limits: &VariantLimits,
+) -> Option<ParamSet> {
+    if trusted_keys.is_empty() {
+        return None;
+    }
+    let unissued = Constraint::And(
+        trusted_keys
+            .iter()
+            .map(|key| Constraint::equals(key.clone(), UNISSUED))
+            .collect(),
+    );
+    // Limits are the constraint model's own; the probe is small and always within them.
+    let unissued = Constraints::new(unissued, &Limits::DEFAULT)
+        .ok()?
+        .canonical();
+    let pair = [constraints.clone(), unissued];
+    check_mutual_exclusivity(&pair, limits)
+        .into_iter()
+        .find_map(|error| match error {
+            VariantSetError::Overlap { witness, .. } => Some(witness),
+            VariantSetError::DuplicateVariant { witness, .. } => witness,
+            _ => None,
+        })
 }
 
 /// `client` with every trusted key set to its trusted value: the client cannot override them,
@@ -221,7 +311,7 @@ mod tests {
     }
 
     #[test]
-    fn dns_templates_split_on_the_next_literal() {
+    fn dns_templates_split_where_only_one_way_fits() {
         let template = IdentityTemplate::parse("{service}.{namespace}.svc").unwrap();
         assert_eq!(
             template.trusted_params(Some("api.shop.svc")),
@@ -229,7 +319,37 @@ mod tests {
                 .with("service", "api")
                 .with("namespace", "shop"))
         );
-        assert!(template.trusted_params(Some("api.shop.prod.svc")).is_err());
+        assert!(matches!(
+            template.trusted_params(Some("api.shop.prod.svc")),
+            Err(IdentityMismatch::Ambiguous { .. })
+        ));
+        let template = IdentityTemplate::parse("spiffe://td/{namespace}-{env}").unwrap();
+        assert!(matches!(
+            template.trusted_params(Some("spiffe://td/team-a-prod")),
+            Err(IdentityMismatch::Ambiguous { .. })
+        ));
+        assert_eq!(
+            template.trusted_params(Some("spiffe://td/team-prod")),
+            Ok(ParamSet::new()
+                .with("namespace", "team")
+                .with("env", "prod"))
+        );
+    }
+
+    #[test]
+    fn values_hold_only_name_characters() {
+        let template = IdentityTemplate::parse("spiffe://td/ns/{namespace}").unwrap();
+        for identity in [
+            "spiffe://td/ns/shop?x=1",
+            "spiffe://td/ns/shop#frag",
+            "spiffe://td/ns/sh%6Fp",
+            "spiffe://td/ns/shop/extra",
+        ] {
+            assert!(
+                template.trusted_params(Some(identity)).is_err(),
+                "{identity}"
+            );
+        }
     }
 
     #[test]
@@ -245,6 +365,34 @@ mod tests {
         ] {
             let error = IdentityTemplate::parse(text).unwrap_err();
             assert!(error.to_string().contains(reason), "{text}: {error}");
+        }
+    }
+
+    #[test]
+    fn constraints_open_to_any_identity_are_found() {
+        let keys = vec!["namespace".to_owned()];
+        let open = |text: &str| {
+            let constraints = Constraints::parse(text, &Limits::DEFAULT)
+                .unwrap()
+                .canonical();
+            open_to_any_identity(&constraints, &keys, &VariantLimits::DEFAULT)
+        };
+        assert_eq!(open(r#"namespace = "shop""#), None);
+        assert_eq!(open(r#"namespace = "shop" && env = "dev""#), None);
+        assert_eq!(open(r#"namespace in (shop, bank)"#), None);
+        for text in [
+            "*",
+            r#"env = "dev""#,
+            r#"namespace != "shop""#,
+            "exists(namespace)",
+            r#"namespace = "shop" || env = "dev""#,
+        ] {
+            let witness = open(text).unwrap_or_else(|| panic!("{text} is open"));
+            assert_eq!(
+                witness.0.get("namespace").map(String::as_str),
+                Some(UNISSUED),
+                "{text}"
+            );
         }
     }
 

@@ -852,30 +852,31 @@ impl Validator<'_> {
         ok.then_some((body, aggregate))
     }
 
-    /// With trusted keys configured, a secret's variants should each be keyed on one: the
-    /// others are served to any client that asks, whoever it is.
+    /// With trusted keys configured, a secret's variants should each hold only for the
+    /// identities they name: one that a client of any other identity can match, with the
+    /// untrusted parameters it claims, is served to clients it was not meant for.
     fn secret_access(&mut self, variants: &[CanonicalConstraints], i: usize, at: &Pointer) {
         let trusted = &self.config.trusted_keys;
-        if trusted.is_empty() {
-            return;
-        }
         for (j, constraints) in variants.iter().enumerate() {
-            let keys = constraints.keys();
-            if trusted.iter().any(|k| keys.contains(k.as_str())) {
+            let Some(witness) = vxds_core::identity::open_to_any_identity(
+                constraints,
+                trusted,
+                &self.config.variant_limits,
+            ) else {
                 continue;
-            }
-            self.warnings.push(
-                Problem::new(
-                    at.push(j).push("constraints"),
-                    "untrusted_secret_variant",
-                    format!(
-                        "variant {j} of this secret constrains none of the keys client \
-                         certificates vouch for ({}), so any client can obtain it",
-                        trusted.join(", ")
-                    ),
-                )
-                .at(i, Some(j)),
-            );
+            };
+            let mut problem = Problem::new(
+                at.push(j).push("constraints"),
+                "untrusted_secret_variant",
+                format!(
+                    "variant {j} of this secret matches clients whose certificates vouch for \
+                     none of the values it names ({}), so any client can obtain it",
+                    trusted.join(", ")
+                ),
+            )
+            .at(i, Some(j));
+            problem.witness = Some(witness);
+            self.warnings.push(problem);
         }
     }
 
@@ -1202,8 +1203,16 @@ mod tests {
             .iter()
             .map(|w| w.pointer.as_str())
             .collect();
-        assert_eq!(flagged, ["/operations/1/variants/0/constraints"]);
+        // `namespace != "shop"` reaches every other namespace, and the unconstrained one all.
+        assert_eq!(
+            flagged,
+            [
+                "/operations/0/variants/1/constraints",
+                "/operations/1/variants/0/constraints"
+            ]
+        );
         assert_eq!(validated.warnings[0].code, "untrusted_secret_variant");
+        assert!(validated.warnings[0].witness.is_some());
         // Without a template nothing is trusted, and nothing is flagged.
         let plain = validate(&request, &ValidationConfig::default()).unwrap();
         assert!(plain.warnings.is_empty(), "{:?}", plain.warnings);

@@ -29,38 +29,39 @@ use vxds_envoy::pb::google::protobuf::value::Kind;
 use vxds_envoy::pb::google::protobuf::{Any, Struct, Timestamp, Value};
 use vxds_envoy::pb::xds::core::v3::ContextParams;
 
-use crate::identity::PeerInfo;
+use vxds_core::IdentityTemplate;
+
+use crate::identity::{PeerInfo, trusted_params};
 use crate::registry::Registry;
 use crate::status::{ClientStatus, TypeStatus};
 
 #[derive(Debug, Clone)]
 pub struct Csds {
     registry: Arc<Registry>,
-    /// Answer each caller about its own identity's streams only.
-    scoped: bool,
+    /// With a template, callers are admitted as ADS clients are (their identity must fit)
+    /// and see only their own identity's streams.
+    template: Option<Arc<IdentityTemplate>>,
 }
 
 impl Csds {
-    /// `scoped`: callers are identified by their client certificate (an identity template
-    /// is configured) and see only their own identity's streams.
-    pub fn new(registry: Arc<Registry>, scoped: bool) -> Self {
-        Self { registry, scoped }
+    pub fn new(registry: Arc<Registry>, template: Option<IdentityTemplate>) -> Self {
+        Self {
+            registry,
+            template: template.map(Arc::new),
+        }
     }
 
     /// Who may be shown: everyone, or the streams of the caller's identity.
     fn audience<T>(&self, request: &Request<T>) -> Result<Option<String>, Status> {
-        if !self.scoped {
+        let Some(template) = &self.template else {
             return Ok(None);
-        }
-        request
+        };
+        let peer = request
             .extensions()
             .get::<PeerInfo>()
-            .and_then(|info| info.identity.as_ref())
-            .and_then(|peer| peer.identity())
-            .map(|identity| Some(identity.to_owned()))
-            .ok_or_else(|| {
-                Status::permission_denied("CSDS needs a client certificate with an identity")
-            })
+            .and_then(|info| info.identity.as_ref());
+        trusted_params(Some(template), peer)?;
+        Ok(peer.and_then(|p| p.identity()).map(str::to_owned))
     }
 
     fn respond(

@@ -35,7 +35,9 @@ pub fn trusted_params(
                 "this server derives trusted parameters from client certificates, and the \
                  connection carries none with a URI or DNS SAN",
             ),
-            IdentityMismatch::NoMatch { .. } => Status::permission_denied(mismatch.to_string()),
+            IdentityMismatch::NoMatch { .. } | IdentityMismatch::Ambiguous { .. } => {
+                Status::permission_denied(mismatch.to_string())
+            }
         })
 }
 

@@ -144,7 +144,7 @@ impl XdsServer {
         }
         routes.add_service(ClientStatusDiscoveryServiceServer::new(csds::Csds::new(
             s.registry.clone(),
-            s.identity_template.is_some(),
+            s.identity_template.clone(),
         )))
     }
 

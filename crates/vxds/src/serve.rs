@@ -186,6 +186,30 @@ pub async fn run(args: ServeArgs) -> anyhow::Result<ExitCode> {
              the port can read every resource and claim any parameters"
         );
     }
+    if xds_tls.is_some() && args.tls.xds_client_ca.is_none() && !args.xds_addr.ip().is_loopback() {
+        tracing::warn!(
+            addr = %args.xds_addr,
+            "xDS over TLS without --xds-client-ca: clients are not authenticated, so anyone who \
+             reaches the port can read every resource, secrets included"
+        );
+    }
+    if args.tls.admin().is_none() && !args.admin_addr.ip().is_loopback() {
+        tracing::warn!(
+            addr = %args.admin_addr,
+            "the admin API listens beyond loopback without TLS: bearer tokens cross the network \
+             in clear text (--admin-tls-cert, --admin-tls-key)"
+        );
+    }
+    if let Some(template) = &template
+        && template.as_str().starts_with("spiffe://{")
+    {
+        tracing::warn!(
+            template = template.as_str(),
+            "the identity template takes the trust domain from the certificate: any CA in \
+             --xds-client-ca can vouch for any trust domain; spell your trust domain out unless \
+             the bundle holds only your own CA"
+        );
+    }
     // Certificates first: a bad file stops the start before anything listens.
     let xds_tls = xds_tls
         .map(|files| ServerTls::load("xDS", files, &[b"h2"]))

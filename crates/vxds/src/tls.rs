@@ -57,8 +57,15 @@ impl ServerTls {
             Some(verifier) => builder.with_client_cert_verifier(verifier),
             None => builder.with_no_client_auth(),
         };
+        let mutual = reloader.client_verifier().is_some();
         let mut config = builder.with_cert_resolver(reloader.cert_resolver());
         config.alpn_protocols = alpn.iter().map(|p| p.to_vec()).collect();
+        if mutual {
+            // A resumed session skips certificate verification: a client whose certificate
+            // expired, or whose CA was removed from the bundle, could resume forever.
+            config.session_storage = Arc::new(rustls::server::NoServerSessionStorage {});
+            config.send_tls13_tickets = 0;
+        }
         Ok(Self {
             acceptor: TlsAcceptor::from(Arc::new(config)),
             _reloader: reloader,

@@ -78,12 +78,23 @@ fn python_with_grpcio() -> PathBuf {
     python
 }
 
+/// A port nothing listens on now, and never the same twice in this process: the tests run in
+/// parallel, and Envoy binds its listeners with SO_REUSEPORT, so two tests handed the same port
+/// would each reach the other's Envoy.
 fn free_port() -> u16 {
-    TcpListener::bind("127.0.0.1:0")
-        .unwrap()
-        .local_addr()
-        .unwrap()
-        .port()
+    static HANDED_OUT: std::sync::Mutex<Vec<u16>> = std::sync::Mutex::new(Vec::new());
+    loop {
+        let port = TcpListener::bind("127.0.0.1:0")
+            .unwrap()
+            .local_addr()
+            .unwrap()
+            .port();
+        let mut handed_out = HANDED_OUT.lock().unwrap();
+        if !handed_out.contains(&port) {
+            handed_out.push(port);
+            return port;
+        }
+    }
 }
 
 /// A child process killed when the test ends, whose log is printed if the test fails.

@@ -145,14 +145,22 @@ fn issue(
 
 /// Writes through a temporary file and a rename, so that a reader never sees half a file.
 fn write(path: &Path, text: &str, secret: bool) -> anyhow::Result<()> {
+    use std::io::Write;
     let partial = path.with_extension("partial");
-    std::fs::write(&partial, text).with_context(|| format!("writing {}", partial.display()))?;
+    let _ = std::fs::remove_file(&partial);
+    let mut options = std::fs::File::options();
+    options.write(true).create_new(true);
+    // A key is never readable by others, not even for a moment.
     #[cfg(unix)]
     if secret {
-        use std::os::unix::fs::PermissionsExt;
-        std::fs::set_permissions(&partial, std::fs::Permissions::from_mode(0o600))?;
+        use std::os::unix::fs::OpenOptionsExt;
+        options.mode(0o600);
     }
     #[cfg(not(unix))]
     let _ = secret;
+    options
+        .open(&partial)
+        .and_then(|mut file| file.write_all(text.as_bytes()))
+        .with_context(|| format!("writing {}", partial.display()))?;
     std::fs::rename(&partial, path).with_context(|| format!("writing {}", path.display()))
 }

@@ -44,12 +44,8 @@ pub fn run(args: ValidateArgs) -> anyhow::Result<ExitCode> {
     match validate_standalone(&fixtures.changeset(), &config) {
         Ok(validated) => {
             for w in &validated.warnings {
-                eprintln!(
-                    "  warning: {}: {} [{}]",
-                    locate(w.pointer.as_str()),
-                    w.message,
-                    w.code
-                );
+                let value = serde_json::to_value(w).unwrap_or_default();
+                eprintln!("{}", super::format_item("warning", &value, &locate));
             }
             super::out(&format!(
                 "ok: {} resource{} in {} file{} pass every rule\n",

@@ -23,6 +23,10 @@ use x509_parser::prelude::{FromDer, GeneralName, X509Certificate};
 /// How long a client has to finish its handshake.
 pub const HANDSHAKE_TIMEOUT: Duration = Duration::from_secs(10);
 
+/// Handshakes in progress at once; past it, accepting waits. Connections that never finish a
+/// handshake cannot pile up beyond it (each holds a file descriptor for up to the timeout).
+pub const MAX_HANDSHAKES: usize = 1024;
+
 /// A TLS connection and who is at the other end.
 #[derive(Debug)]
 pub struct TlsConn {
@@ -46,7 +50,8 @@ fn peer_identity(stream: &TlsStream<TcpStream>) -> Option<PeerIdentity> {
         for name in &san.value.general_names {
             match name {
                 GeneralName::URI(uri) => identity.uri_sans.push((*uri).to_owned()),
-                GeneralName::DNSName(dns) => identity.dns_sans.push((*dns).to_owned()),
+                // DNS names compare case-insensitively; templates see one spelling.
+                GeneralName::DNSName(dns) => identity.dns_sans.push(dns.to_ascii_lowercase()),
                 _ => {}
             }
         }
@@ -62,8 +67,12 @@ pub fn incoming(
     acceptor: TlsAcceptor,
 ) -> ReceiverStream<io::Result<TlsConn>> {
     let (tx, rx) = mpsc::channel(64);
+    let handshakes = std::sync::Arc::new(tokio::sync::Semaphore::new(MAX_HANDSHAKES));
     tokio::spawn(async move {
         loop {
+            let Ok(permit) = handshakes.clone().acquire_owned().await else {
+                return;
+            };
             let (stream, remote) = tokio::select! {
                 accepted = listener.accept() => match accepted {
                     Ok(accepted) => accepted,
@@ -79,7 +88,9 @@ pub fn incoming(
             let _ = stream.set_nodelay(true);
             let (acceptor, tx) = (acceptor.clone(), tx.clone());
             tokio::spawn(async move {
-                match handshake(&acceptor, stream, remote).await {
+                let handshake = handshake(&acceptor, stream, remote).await;
+                drop(permit);
+                match handshake {
                     Ok(conn) => {
                         // The receiver gone means the server stopped: the connection just closes.
                         let _ = tx.send(Ok(conn)).await;

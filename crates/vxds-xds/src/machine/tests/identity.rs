@@ -84,6 +84,23 @@ fn trusted_parameters_override_node_parameters_and_metadata() {
 }
 
 #[test]
+fn trusted_parameters_override_sotw_locator_parameters() {
+    let mut world = World::new();
+    env_routes(&mut world);
+    let mut m = sotw_machine();
+    trusted_prod(&mut m);
+    let mut request = sotw_request(ROUTE, &[], "", "");
+    request.resource_locators = vec![ResourceLocator {
+        name: "web".into(),
+        dynamic_parameters: [("env".to_owned(), "test".to_owned())].into(),
+    }];
+    m.on_sotw_request(request).unwrap();
+    let response = sotw(&m.poll(&world.snapshot)[0]);
+    let wrapped = Resource::decode(response.resources[0].value.as_slice()).unwrap();
+    assert_eq!(route_tag(&wrapped.resource.unwrap().value), "prod");
+}
+
+#[test]
 fn trusted_parameters_override_locator_parameters() {
     let mut world = World::new();
     env_routes(&mut world);
