@@ -7,7 +7,7 @@
 
 use axum::Json;
 use axum::extract::State;
-use axum::http::{HeaderValue, header};
+use axum::http::{HeaderValue, StatusCode, header};
 use axum::response::{IntoResponse, Response};
 use serde::Serialize;
 use utoipa::ToSchema;
@@ -82,21 +82,32 @@ pub async fn healthz() -> Json<Health> {
 }
 
 /// The server can serve xDS: its index is loaded. Stays ready while the store is down (the
-/// streams are served from memory); `store` says how the store is.
+/// streams are served from memory); `store` says how the store is. 503 with status
+/// `draining` once the server is shutting down, so that load balancers send no new proxies.
 #[utoipa::path(
     get,
     path = "/readyz",
     operation_id = "readyz",
     tag = "operations",
-    responses((status = 200, description = "Ready", body = Readiness))
+    responses(
+        (status = 200, description = "Ready", body = Readiness),
+        (status = 503, description = "Draining: shutting down, its proxies moving to other replicas", body = Readiness),
+    )
 )]
-pub async fn readyz(State(state): State<AdminState>) -> Json<Readiness> {
-    Json(Readiness {
-        status: "ready",
+pub async fn readyz(State(state): State<AdminState>) -> (StatusCode, Json<Readiness>) {
+    let draining = state.is_draining();
+    let status = if draining {
+        StatusCode::SERVICE_UNAVAILABLE
+    } else {
+        StatusCode::OK
+    };
+    let readiness = Readiness {
+        status: if draining { "draining" } else { "ready" },
         revision: *state.store.watch_head().borrow(),
         index_revision: state.index.snapshot().revision,
         store: state.store.state().into(),
-    })
+    };
+    (status, Json(readiness))
 }
 
 /// The store answers: its head is read now (at once 503 while it is known to be down).

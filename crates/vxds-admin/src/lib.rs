@@ -55,6 +55,8 @@ pub struct AdminState {
     pub origins: Arc<OriginPolicy>,
     /// The xDS server's identity template, for `/v1/resolve` with an identity.
     pub identity_template: Option<Arc<vxds_core::IdentityTemplate>>,
+    /// Set when the server starts shutting down: `/readyz` answers 503.
+    draining: Option<tokio::sync::watch::Receiver<bool>>,
     openapi_json: Arc<serde_json::Value>,
 }
 
@@ -81,6 +83,7 @@ impl AdminState {
             clients: None,
             origins: Arc::new(OriginPolicy::default()),
             identity_template: None,
+            draining: None,
             openapi_json: Arc::new(openapi_json),
         }
     }
@@ -89,6 +92,17 @@ impl AdminState {
     pub fn with_origin_policy(mut self, policy: OriginPolicy) -> Self {
         self.origins = Arc::new(policy);
         self
+    }
+
+    /// `/readyz` follows `draining`: 503 once it is set.
+    pub fn with_drain_signal(mut self, draining: tokio::sync::watch::Receiver<bool>) -> Self {
+        self.draining = Some(draining);
+        self
+    }
+
+    /// Whether the server is shutting down.
+    pub fn is_draining(&self) -> bool {
+        self.draining.as_ref().is_some_and(|d| *d.borrow())
     }
 
     /// The identity template the xDS server applies, so that `/v1/resolve` can too.

@@ -1,6 +1,7 @@
 //! A TCP proxy a test can stop and resume: a database that goes away and comes back, without
 //! touching the shared Postgres server. Stopped, it refuses connections and has closed every
-//! one it carried, as a stopped database server does.
+//! one it carried, as a stopped database server does. Frozen, it forwards nothing more but
+//! closes nothing either: a peer whose host vanished without a FIN.
 
 use std::net::SocketAddr;
 use std::sync::Mutex;
@@ -14,6 +15,7 @@ pub struct TcpProxy {
     pub addr: SocketAddr,
     target: SocketAddr,
     running: Mutex<Option<JoinHandle<()>>>,
+    frozen: tokio::sync::watch::Sender<bool>,
 }
 
 impl TcpProxy {
@@ -24,6 +26,7 @@ impl TcpProxy {
             addr: listener.local_addr()?,
             target,
             running: Mutex::new(None),
+            frozen: tokio::sync::watch::channel(false).0,
         };
         proxy.run(listener);
         Ok(proxy)
@@ -48,6 +51,12 @@ impl TcpProxy {
         }
     }
 
+    /// Forwards nothing more, in either direction, and keeps every connection open: both ends
+    /// hear nothing, not even a FIN.
+    pub fn freeze(&self) {
+        self.frozen.send_replace(true);
+    }
+
     /// Accepts again, on the same port.
     pub async fn resume(&self) -> std::io::Result<()> {
         self.stop();
@@ -59,12 +68,21 @@ impl TcpProxy {
 
     fn run(&self, listener: TcpListener) {
         let target = self.target;
+        self.frozen.send_replace(false);
+        let frozen = self.frozen.subscribe();
         let task = tokio::spawn(async move {
             let mut connections = JoinSet::new();
             while let Ok((mut inbound, _)) = listener.accept().await {
+                let mut frozen = frozen.clone();
                 connections.spawn(async move {
                     if let Ok(mut outbound) = TcpStream::connect(target).await {
-                        let _ = tokio::io::copy_bidirectional(&mut inbound, &mut outbound).await;
+                        tokio::select! {
+                            _ = tokio::io::copy_bidirectional(&mut inbound, &mut outbound) => {}
+                            () = async { let _ = frozen.wait_for(|f| *f).await; } => {
+                                // Hold both sockets open, silent, until stopped.
+                                std::future::pending::<()>().await;
+                            }
+                        }
                     }
                 });
                 // Reap finished connections as we go.

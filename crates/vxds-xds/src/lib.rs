@@ -12,6 +12,7 @@
 //! It reads only the in-memory index, never the database.
 #![forbid(unsafe_code)]
 
+pub mod connections;
 pub mod csds;
 pub mod identity;
 pub mod machine;
@@ -28,10 +29,10 @@ use std::sync::Arc;
 
 use tokio::net::TcpListener;
 use tokio::task::JoinHandle;
-use tokio_stream::wrappers::TcpListenerStream;
 use vxds_envoy::pb::envoy::service::status::v3::client_status_discovery_service_server::ClientStatusDiscoveryServiceServer;
 use vxds_store::Index;
 
+pub use connections::{ConnectionClosing, ConnectionConfig};
 pub use identity::{PeerIdentity, PeerInfo};
 pub use machine::MachineConfig;
 pub use metrics::XdsMetrics;
@@ -51,8 +52,11 @@ pub struct XdsConfig {
     pub queue_depth: usize,
     /// Serve CSDS (what each client holds, secret bodies excepted) on the xDS port.
     pub csds: bool,
-    /// Concurrent streams one HTTP/2 connection may open.
-    pub max_concurrent_streams: u32,
+    /// Keepalive, maximum age, drain and stream limits of the connections.
+    pub connections: ConnectionConfig,
+    /// Requests one stream may send: a sustained rate and a burst above it. A stream that
+    /// keeps sending faster is ended with `RESOURCE_EXHAUSTED`.
+    pub request_rate: RequestRate,
     /// Turns a client certificate's identity into trusted parameters; clients it does not
     /// fit are refused. Needs connections that carry [`PeerInfo`] (mutual TLS).
     pub identity_template: Option<vxds_core::IdentityTemplate>,
@@ -67,8 +71,8 @@ impl Default for XdsConfig {
             max_response_bytes: 256 << 20,
             queue_depth: 16,
             csds: true,
-            // Envoy and gRPC open one ADS stream per connection; per-type services a few.
-            max_concurrent_streams: 64,
+            connections: ConnectionConfig::default(),
+            request_rate: RequestRate::default(),
             identity_template: None,
         }
     }
@@ -88,11 +92,30 @@ macro_rules! specs {
 
 specs!(Ads => 0, Lds => 1, Rds => 2, Cds => 3, Eds => 4, Sds => 5, Rtds => 6, Vhds => 7, Srds => 8, Ecds => 9);
 
+/// A stream's request allowance: `per_second` sustained, `burst` at once.
+#[derive(Clone, Copy, Debug)]
+pub struct RequestRate {
+    pub per_second: u32,
+    pub burst: u32,
+}
+
+impl Default for RequestRate {
+    fn default() -> Self {
+        // A client sends a request per response it answers and per subscription change: far
+        // below this, however busy the control plane.
+        Self {
+            per_second: 100,
+            burst: 1000,
+        }
+    }
+}
+
 /// The xDS server. Dropping it stops the dispatcher.
 #[derive(Debug)]
 pub struct XdsServer {
     shared: Arc<Shared>,
     dispatcher: JoinHandle<()>,
+    connections: ConnectionConfig,
 }
 
 impl Drop for XdsServer {
@@ -114,11 +137,14 @@ impl XdsServer {
             max_response_bytes: config.max_response_bytes,
             queue_depth: config.queue_depth.max(1),
             csds: config.csds,
-            max_concurrent_streams: config.max_concurrent_streams.max(1),
+            request_rate: config.request_rate,
             identity_template: config.identity_template,
-            closing: tokio::sync::watch::channel(false).0,
         });
-        Self { shared, dispatcher }
+        Self {
+            shared,
+            dispatcher,
+            connections: config.connections,
+        }
     }
 
     /// Every connected stream, for `/v1/clients`.
@@ -148,44 +174,54 @@ impl XdsServer {
         )))
     }
 
-    /// Serves on `listener` (plain TCP) until `shutdown` resolves; then open streams are ended
-    /// with `UNAVAILABLE` (clients reconnect) and the server finishes.
+    /// Serves on `listener` (plain TCP) until `shutdown` resolves; then drains: nothing more
+    /// is accepted, and open connections are closed (their streams end with `UNAVAILABLE`,
+    /// clients reconnect elsewhere) spread over the drain window.
     pub async fn serve(
         &self,
         listener: TcpListener,
         shutdown: impl Future<Output = ()> + Send,
-    ) -> Result<(), tonic::transport::Error> {
-        self.serve_incoming(TcpListenerStream::new(listener), shutdown)
-            .await
+    ) -> std::io::Result<()> {
+        let incoming = async_stream_of(listener);
+        self.serve_incoming(incoming, shutdown).await
     }
 
-    /// Like [`Self::serve`], on connections someone else accepts: the TLS listener's, whose
-    /// [`PeerInfo`] says who each client is.
-    pub async fn serve_incoming<IO, IE>(
+    /// Like [`Self::serve`], on connections someone else accepts — the TLS listener's — each
+    /// with the [`PeerInfo`] that says who the client is.
+    pub async fn serve_incoming<IO, E>(
         &self,
-        incoming: impl tokio_stream::Stream<Item = Result<IO, IE>>,
+        incoming: impl tokio_stream::Stream<Item = Result<(IO, PeerInfo), E>>,
         shutdown: impl Future<Output = ()> + Send,
-    ) -> Result<(), tonic::transport::Error>
+    ) -> std::io::Result<()>
     where
-        IO: tokio::io::AsyncRead
-            + tokio::io::AsyncWrite
-            + tonic::transport::server::Connected
-            + Unpin
-            + Send
-            + 'static,
-        IE: Into<Box<dyn std::error::Error + Send + Sync>>,
+        IO: tokio::io::AsyncRead + tokio::io::AsyncWrite + Unpin + Send + 'static,
+        E: std::fmt::Display,
     {
-        let shared = self.shared.clone();
-        let shutdown = async move {
-            shutdown.await;
-            shared.closing.send_replace(true);
-        };
-        tonic::transport::Server::builder()
-            .max_concurrent_streams(Some(self.shared.max_concurrent_streams))
-            .http2_keepalive_interval(Some(std::time::Duration::from_secs(30)))
-            .http2_keepalive_timeout(Some(std::time::Duration::from_secs(10)))
-            .add_routes(self.routes())
-            .serve_with_incoming_shutdown(incoming, shutdown)
-            .await
+        connections::serve(
+            self.routes(),
+            incoming,
+            shutdown,
+            self.connections.clone(),
+            self.shared.metrics.clone(),
+        )
+        .await
     }
+}
+
+/// A plain TCP listener's connections, with their remote addresses.
+fn async_stream_of(
+    listener: TcpListener,
+) -> impl tokio_stream::Stream<Item = std::io::Result<(tokio::net::TcpStream, PeerInfo)>> {
+    tokio_stream::StreamExt::map(
+        tokio_stream::wrappers::TcpListenerStream::new(listener),
+        |accepted| {
+            let stream = accepted?;
+            let _ = stream.set_nodelay(true);
+            let info = PeerInfo {
+                remote_addr: stream.peer_addr().ok(),
+                identity: None,
+            };
+            Ok((stream, info))
+        },
+    )
 }

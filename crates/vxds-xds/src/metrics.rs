@@ -20,8 +20,21 @@ pub struct TypeLabels {
     pub type_url: String,
 }
 
+#[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
+pub struct ClosedLabels {
+    /// `client` (it closed), `error` (a keepalive timeout, a reset), `max_age`, `drain`.
+    pub reason: &'static str,
+}
+
 #[derive(Debug)]
 pub struct XdsMetrics {
+    /// Open HTTP/2 connections.
+    pub connections: Gauge<i64, AtomicI64>,
+    pub connections_closed: Family<ClosedLabels, Counter>,
+    /// 1 while the server drains.
+    pub draining: Gauge<i64, AtomicI64>,
+    /// Streams ended for sending requests faster than the per-stream limit.
+    pub rate_limited: Counter,
     pub streams: Family<StreamLabels, Gauge<i64, AtomicI64>>,
     pub responses: Family<TypeLabels, Counter>,
     pub acks: Family<TypeLabels, Counter>,
@@ -33,12 +46,36 @@ pub struct XdsMetrics {
 impl XdsMetrics {
     pub fn register(registry: &mut Registry) -> Self {
         let metrics = Self {
+            connections: Gauge::default(),
+            connections_closed: Family::default(),
+            draining: Gauge::default(),
+            rate_limited: Counter::default(),
             streams: Family::default(),
             responses: Family::default(),
             acks: Family::default(),
             nacks: Family::default(),
             push_latency: Histogram::new(exponential_buckets(0.001, 2.0, 16)),
         };
+        registry.register(
+            "vxds_xds_connections",
+            "Open xDS connections",
+            metrics.connections.clone(),
+        );
+        registry.register(
+            "vxds_xds_connections_closed",
+            "xDS connections closed, by reason: client, error (keepalive timeout, reset), max_age, drain",
+            metrics.connections_closed.clone(),
+        );
+        registry.register(
+            "vxds_xds_draining",
+            "1 while the xDS server drains its connections before exiting",
+            metrics.draining.clone(),
+        );
+        registry.register(
+            "vxds_xds_rate_limited_streams",
+            "Streams ended for sending requests faster than the per-stream limit",
+            metrics.rate_limited.clone(),
+        );
         registry.register(
             "vxds_xds_streams",
             "Connected xDS streams",

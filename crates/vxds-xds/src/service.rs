@@ -23,6 +23,7 @@ use tonic_prost::{ProstCodec, ProstDecoder, ProstEncoder};
 use tracing::{debug, warn};
 use vxds_envoy::pb::envoy::service::discovery::v3::{DeltaDiscoveryRequest, DiscoveryRequest};
 
+use crate::connections::ConnectionClosing;
 use crate::identity::{PeerIdentity, PeerInfo, trusted_params};
 use crate::machine::{MachineConfig, Protocol, RequestOutcome, Response, StreamMachine};
 use crate::metrics::{StreamLabels, TypeLabels, XdsMetrics};
@@ -75,16 +76,16 @@ pub(crate) struct Shared {
     /// Responses queued per stream before the stream waits for its client.
     pub queue_depth: usize,
     pub csds: bool,
-    pub max_concurrent_streams: u32,
-    /// Set when the server stops: streams end, so that the graceful shutdown can finish.
-    pub closing: tokio::sync::watch::Sender<bool>,
+    pub request_rate: crate::RequestRate,
     pub identity_template: Option<vxds_core::IdentityTemplate>,
 }
 
-/// Who the client is and what it may not claim, checked before its stream starts.
+/// Who the client is and what it may not claim, checked before its stream starts; and its
+/// connection's closing signal.
 struct Admitted {
     peer: Option<PeerIdentity>,
     trusted: vxds_core::ParamSet,
+    connection: Option<ConnectionClosing>,
 }
 
 impl Admitted {
@@ -115,7 +116,12 @@ impl Shared {
                 warn!(peer = ?peer, error = status.message(), "refusing a client");
             },
         )?;
-        Ok(Admitted { peer, trusted })
+        let connection = request.extensions().get::<ConnectionClosing>().cloned();
+        Ok(Admitted {
+            peer,
+            trusted,
+            connection,
+        })
     }
 }
 
@@ -312,8 +318,44 @@ impl UnaryService<DiscoveryRequest> for FetchMethod {
     }
 }
 
-async fn until_closing(closing: &mut tokio::sync::watch::Receiver<bool>) {
-    let _ = closing.wait_for(|closing| *closing).await;
+/// Resolves with the reason once the stream's connection closes (never for a connection
+/// without the signal).
+async fn until_closing(connection: &mut Option<ConnectionClosing>) -> &'static str {
+    match connection {
+        Some(connection) => connection.closed().await,
+        None => std::future::pending().await,
+    }
+}
+
+/// A stream's request allowance: a token bucket, `burst` deep, refilled at `per_second`.
+struct RequestBudget {
+    tokens: f64,
+    rate: crate::RequestRate,
+    refilled: tokio::time::Instant,
+}
+
+impl RequestBudget {
+    fn new(rate: crate::RequestRate) -> Self {
+        Self {
+            tokens: f64::from(rate.burst.max(1)),
+            rate,
+            refilled: tokio::time::Instant::now(),
+        }
+    }
+
+    /// Takes one request's token; `false` when the stream has none left.
+    fn take(&mut self) -> bool {
+        let now = tokio::time::Instant::now();
+        let elapsed = now.duration_since(self.refilled).as_secs_f64();
+        self.refilled = now;
+        self.tokens = (self.tokens + elapsed * f64::from(self.rate.per_second))
+            .min(f64::from(self.rate.burst.max(1)));
+        if self.tokens < 1.0 {
+            return false;
+        }
+        self.tokens -= 1.0;
+        true
+    }
 }
 
 /// Keeps the streams gauge honest however the task ends.
@@ -366,11 +408,23 @@ async fn run_stream<Req, Resp>(
         ?protocol,
         "stream opened"
     );
-    let mut closing = shared.closing.subscribe();
+    let mut connection = admitted.connection;
+    let mut budget = RequestBudget::new(shared.request_rate);
 
     loop {
         let responses = tokio::select! {
             message = requests.message() => match message {
+                Ok(Some(_)) if !budget.take() => {
+                    // A client in a tight loop: it gets no more of a core than its share.
+                    shared.metrics.rate_limited.inc();
+                    let limit = shared.request_rate;
+                    warn!(stream = id, node = ?machine.node().map(|n| n.id.clone()), "a client exceeded the request rate; closing its stream");
+                    let _ = out.try_send(Box::new(Err(Status::resource_exhausted(format!(
+                        "more than {} requests per second (bursts up to {}) on one stream",
+                        limit.per_second, limit.burst
+                    )))));
+                    break;
+                }
                 Ok(Some(request)) => match handle(&mut machine, request) {
                     Ok(outcome) => {
                         for type_url in outcome.acks {
@@ -419,10 +473,15 @@ async fn run_stream<Req, Resp>(
                 responses
             }
             () = out.closed() => break,
-            () = until_closing(&mut closing) => {
+            reason = until_closing(&mut connection) => {
                 // Clients reconnect on UNAVAILABLE, to another replica if there is one. A
-                // client that does not read gets no say in how long shutdown takes.
-                let _ = out.try_send(Box::new(Err(Status::unavailable("vxds is shutting down"))));
+                // client that does not read gets no say in how long closing takes.
+                let message = match reason {
+                    "drain" => "vxds is shutting down; reconnect",
+                    "max_age" => "the connection reached its maximum age; reconnect",
+                    _ => "the connection is closing; reconnect",
+                };
+                let _ = out.try_send(Box::new(Err(Status::unavailable(message))));
                 break;
             }
         };
@@ -433,7 +492,7 @@ async fn run_stream<Req, Resp>(
             };
             let sent = tokio::select! {
                 sent = out.send(Box::new(Ok(response))) => sent.is_ok(),
-                () = until_closing(&mut closing) => false,
+                _ = until_closing(&mut connection) => false,
             };
             if !sent {
                 debug!(

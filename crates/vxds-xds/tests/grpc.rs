@@ -27,6 +27,8 @@ use vxds_testkit::{TestDb, on_both_backends};
 use vxds_xds::{XdsConfig, XdsMetrics, XdsServer};
 
 // A test crate's root resolves modules beside it, not in a folder named after it.
+#[path = "grpc/connections.rs"]
+mod connections;
 #[path = "grpc/protocol.rs"]
 mod protocol;
 
@@ -38,6 +40,7 @@ struct Server {
     store: Store,
     xds: Arc<XdsServer>,
     channel: Channel,
+    addr: std::net::SocketAddr,
     stop: Option<tokio::sync::oneshot::Sender<()>>,
     task: tokio::task::JoinHandle<()>,
     _follower: tokio::task::JoinHandle<()>,
@@ -73,6 +76,7 @@ impl Server {
             store,
             xds,
             channel,
+            addr,
             stop: Some(stop),
             task,
             _follower: follower,

@@ -87,9 +87,35 @@ pub struct ServeArgs {
     /// Serve CSDS on the xDS port (what each client holds; secret bodies are never returned).
     #[arg(long, env = "VXDS_XDS_CSDS", default_value_t = true, action = clap::ArgAction::Set)]
     pub xds_csds: bool,
-    /// How long shutdown waits for open connections before closing them.
+    /// After the drain, how long shutdown still waits for connections before cutting them.
     #[arg(long, env = "VXDS_SHUTDOWN_DEADLINE", default_value = "10s", value_parser = humantime::parse_duration)]
     pub shutdown_deadline: std::time::Duration,
+    /// On SIGTERM, xDS connections are closed spread over this long (each at its own moment),
+    /// so that proxies move to other replicas without a thundering herd; `/readyz` answers 503
+    /// from the start. `0s` closes them all at once.
+    #[arg(long, env = "VXDS_DRAIN_TIMEOUT", default_value = "30s", value_parser = humantime::parse_duration)]
+    pub drain_timeout: std::time::Duration,
+    /// Server HTTP/2 pings on xDS connections; a peer that vanished (no FIN) is found within
+    /// the interval plus `--xds-keepalive-timeout`. `0s` sends none.
+    #[arg(long, env = "VXDS_XDS_KEEPALIVE_INTERVAL", default_value = "30s", value_parser = humantime::parse_duration)]
+    pub xds_keepalive_interval: std::time::Duration,
+    /// How long a ping may go unanswered before the connection is closed.
+    #[arg(long, env = "VXDS_XDS_KEEPALIVE_TIMEOUT", default_value = "10s", value_parser = humantime::parse_duration)]
+    pub xds_keepalive_timeout: std::time::Duration,
+    /// Close xDS connections this old (±10 % jitter; gRPC's MAX_CONNECTION_AGE) so that load
+    /// re-spreads over replicas; clients reconnect and resume. Off by default.
+    #[arg(long, env = "VXDS_XDS_MAX_CONNECTION_AGE", value_parser = humantime::parse_duration)]
+    pub xds_max_connection_age: Option<std::time::Duration>,
+    /// How long a closing connection's streams have to end before the connection is cut.
+    #[arg(long, env = "VXDS_XDS_MAX_CONNECTION_AGE_GRACE", default_value = "30s", value_parser = humantime::parse_duration)]
+    pub xds_max_connection_age_grace: std::time::Duration,
+    /// Requests per second one xDS stream may send, sustained; a client in a tight loop is
+    /// ended with RESOURCE_EXHAUSTED.
+    #[arg(long, env = "VXDS_XDS_REQUEST_RATE", default_value_t = 100)]
+    pub xds_request_rate: u32,
+    /// Requests one xDS stream may send in a burst above the rate.
+    #[arg(long, env = "VXDS_XDS_REQUEST_BURST", default_value_t = 1000)]
+    pub xds_request_burst: u32,
     /// Largest xDS response, in bytes; a stream whose state outgrows it fails with a clear error.
     #[arg(long, env = "VXDS_XDS_MAX_RESPONSE_BYTES", default_value_t = 256 << 20)]
     pub xds_max_response_bytes: usize,
@@ -263,6 +289,18 @@ pub async fn run(args: ServeArgs) -> anyhow::Result<ExitCode> {
         max_response_bytes: args.xds_max_response_bytes,
         csds: args.xds_csds,
         identity_template: template.clone(),
+        connections: vxds_xds::ConnectionConfig {
+            keepalive_interval: Some(args.xds_keepalive_interval).filter(|i| !i.is_zero()),
+            keepalive_timeout: args.xds_keepalive_timeout,
+            max_age: args.xds_max_connection_age,
+            max_age_grace: args.xds_max_connection_age_grace,
+            drain_window: args.drain_timeout,
+            ..Default::default()
+        },
+        request_rate: vxds_xds::RequestRate {
+            per_second: args.xds_request_rate.max(1),
+            burst: args.xds_request_burst.max(1),
+        },
         ..Default::default()
     };
     let xds = vxds_xds::XdsServer::new(index.clone(), xds_config, xds_metrics);
@@ -277,6 +315,9 @@ pub async fn run(args: ServeArgs) -> anyhow::Result<ExitCode> {
     .with_clients(xds.registry())
     .with_origin_policy(origins)
     .with_identity_template(template.clone());
+    // Set on the signal: `/readyz` turns 503 while xDS drains.
+    let (draining, drain_signal) = tokio::sync::watch::channel(false);
+    let state = state.with_drain_signal(drain_signal);
 
     let admin = TcpListener::bind(args.admin_addr)
         .await
@@ -294,37 +335,46 @@ pub async fn run(args: ServeArgs) -> anyhow::Result<ExitCode> {
         "xDS server listening"
     );
 
-    // One signal stops both servers.
-    let (stop, stopped) = tokio::sync::watch::channel(false);
-    let until_stopped = |mut rx: tokio::sync::watch::Receiver<bool>| async move {
-        let _ = rx.wait_for(|stop| *stop).await;
+    // The signal starts the drain: readiness off, xDS connections closed over the window.
+    // The admin API serves on until xDS has drained (operators watch the drain in /metrics
+    // and /readyz), then finishes its requests in flight.
+    let (xds_drained, admin_stop) = tokio::sync::watch::channel(false);
+    let until = |mut rx: tokio::sync::watch::Receiver<bool>| async move {
+        let _ = rx.wait_for(|set| *set).await;
     };
+    let mut stop_xds = draining.subscribe();
+    let mut drain_started = draining.subscribe();
     tokio::spawn(async move {
         shutdown.await;
-        let _ = stop.send(true);
+        info!("draining: /readyz answers 503; xDS connections close over the drain window");
+        let _ = draining.send(true);
     });
     let admin_server = serve_admin(
         admin,
         vxds_admin::router(state),
         admin_tls.as_ref().map(|tls| tls.acceptor.clone()),
         args.admin_header_timeout,
-        until_stopped(stopped.clone()),
+        until(admin_stop.clone()),
     );
-    let xds_stop = until_stopped(stopped.clone());
+    let xds_stop = async move {
+        let _ = stop_xds.wait_for(|set| *set).await;
+    };
     let xds_server = async {
-        match &xds_tls {
+        let served = match &xds_tls {
             Some(tls) => {
                 let incoming = crate::tls::incoming(xds_listener, tls.acceptor.clone());
                 xds.serve_incoming(incoming, xds_stop).await
             }
             None => xds.serve(xds_listener, xds_stop).await,
-        }
+        };
+        let _ = xds_drained.send(true);
+        served
     };
     let servers = async { tokio::join!(admin_server, xds_server) };
     // Graceful, within a deadline: a client that never reads must not keep the process up.
-    let deadline = args.shutdown_deadline;
+    let deadline = args.drain_timeout + args.shutdown_deadline;
     let past_deadline = async move {
-        until_stopped(stopped).await;
+        let _ = drain_started.wait_for(|set| *set).await;
         tokio::time::sleep(deadline).await;
     };
     tokio::select! {
@@ -394,7 +444,7 @@ async fn serve_admin(
         let (tls, builder, watcher) = (tls.clone(), builder.clone(), graceful.watcher());
         tokio::spawn(async move {
             let stream = match crate::tls::handshake(&tls, stream, remote).await {
-                Ok(conn) => conn.into_inner(),
+                Ok((stream, _)) => stream,
                 Err(e) => {
                     tracing::debug!(%remote, error = %e, "admin TLS handshake failed");
                     return;

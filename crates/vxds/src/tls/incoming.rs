@@ -1,21 +1,17 @@
 //! Accepted TCP connections made TLS connections. Each handshake runs in its own task with a
 //! deadline, so a client that connects and says nothing holds up no one else's; what comes out
-//! carries the client certificate's names for the xDS server (tonic puts the connection's
+//! carries the client certificate's names for the xDS server (which puts the connection's
 //! [`PeerInfo`] in every request's extensions).
 
 use std::io;
 use std::net::SocketAddr;
-use std::pin::Pin;
-use std::task::{Context, Poll};
 use std::time::Duration;
 
-use tokio::io::{AsyncRead, AsyncWrite, ReadBuf};
 use tokio::net::{TcpListener, TcpStream};
 use tokio::sync::mpsc;
 use tokio_rustls::TlsAcceptor;
 use tokio_rustls::server::TlsStream;
 use tokio_stream::wrappers::ReceiverStream;
-use tonic::transport::server::Connected;
 use tracing::debug;
 use vxds_xds::{PeerIdentity, PeerInfo};
 use x509_parser::prelude::{FromDer, GeneralName, X509Certificate};
@@ -28,17 +24,7 @@ pub const HANDSHAKE_TIMEOUT: Duration = Duration::from_secs(10);
 pub const MAX_HANDSHAKES: usize = 1024;
 
 /// A TLS connection and who is at the other end.
-#[derive(Debug)]
-pub struct TlsConn {
-    stream: TlsStream<TcpStream>,
-    info: PeerInfo,
-}
-
-impl TlsConn {
-    pub fn into_inner(self) -> TlsStream<TcpStream> {
-        self.stream
-    }
-}
+pub type TlsConn = (TlsStream<TcpStream>, PeerInfo);
 
 /// The names in a client certificate (none when it sent none, or on a parse failure — the
 /// certificate was verified already, so the latter does not happen in practice).
@@ -115,53 +101,5 @@ pub async fn handshake(
         remote_addr: Some(remote),
         identity: peer_identity(&stream),
     };
-    Ok(TlsConn { stream, info })
-}
-
-impl Connected for TlsConn {
-    type ConnectInfo = PeerInfo;
-
-    fn connect_info(&self) -> PeerInfo {
-        self.info.clone()
-    }
-}
-
-impl AsyncRead for TlsConn {
-    fn poll_read(
-        mut self: Pin<&mut Self>,
-        cx: &mut Context<'_>,
-        buf: &mut ReadBuf<'_>,
-    ) -> Poll<io::Result<()>> {
-        Pin::new(&mut self.stream).poll_read(cx, buf)
-    }
-}
-
-impl AsyncWrite for TlsConn {
-    fn poll_write(
-        mut self: Pin<&mut Self>,
-        cx: &mut Context<'_>,
-        buf: &[u8],
-    ) -> Poll<io::Result<usize>> {
-        Pin::new(&mut self.stream).poll_write(cx, buf)
-    }
-
-    fn poll_flush(mut self: Pin<&mut Self>, cx: &mut Context<'_>) -> Poll<io::Result<()>> {
-        Pin::new(&mut self.stream).poll_flush(cx)
-    }
-
-    fn poll_shutdown(mut self: Pin<&mut Self>, cx: &mut Context<'_>) -> Poll<io::Result<()>> {
-        Pin::new(&mut self.stream).poll_shutdown(cx)
-    }
-
-    fn poll_write_vectored(
-        mut self: Pin<&mut Self>,
-        cx: &mut Context<'_>,
-        bufs: &[io::IoSlice<'_>],
-    ) -> Poll<io::Result<usize>> {
-        Pin::new(&mut self.stream).poll_write_vectored(cx, bufs)
-    }
-
-    fn is_write_vectored(&self) -> bool {
-        self.stream.is_write_vectored()
-    }
+    Ok((stream, info))
 }

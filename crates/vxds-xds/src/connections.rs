@@ -1,0 +1,239 @@
+//! The xDS listener's connections: HTTP/2 served by hyper around the gRPC routes, with what a
+//! fleet of proxies needs of a control plane's connections.
+//!
+//! - **Keepalive**: the server pings every `keepalive_interval` and closes a connection whose
+//!   peer does not answer within `keepalive_timeout`, so a proxy whose host vanished (no FIN)
+//!   frees its stream and state within interval + timeout.
+//! - **Maximum age** (gRPC's MAX_CONNECTION_AGE): after `max_age`, ±10 % so that connections
+//!   made together do not all leave together, a connection is closed gracefully: its streams
+//!   end with `UNAVAILABLE` and a GOAWAY stops new ones, so clients reconnect — through the load
+//!   balancer, to any replica — and load re-spreads after replicas are added. A connection
+//!   still open `max_age_grace` later is cut.
+//! - **Drain**: when the server stops, it accepts nothing more and closes every connection the
+//!   same way, each at its own moment spread over the drain window, so proxies move to other
+//!   replicas without a thundering herd.
+//!
+//! Each request carries the connection's [`PeerInfo`] and its [`ConnectionClosing`] signal in
+//! its extensions; a stream ends when its connection closes.
+
+use std::convert::Infallible;
+use std::future::Future;
+use std::io;
+use std::pin::pin;
+use std::sync::Arc;
+use std::sync::atomic::{AtomicU64, Ordering};
+use std::time::Duration;
+
+use hyper::server::conn::http2;
+use hyper_util::rt::{TokioExecutor, TokioIo, TokioTimer};
+use hyper_util::service::TowerToHyperService;
+use tokio::io::{AsyncRead, AsyncWrite};
+use tokio::sync::watch;
+use tokio_stream::{Stream, StreamExt};
+use tracing::{debug, info};
+
+use crate::identity::PeerInfo;
+use crate::metrics::{ClosedLabels, XdsMetrics};
+
+/// How the server treats its connections.
+#[derive(Clone, Debug)]
+pub struct ConnectionConfig {
+    /// Server pings; `None` sends none.
+    pub keepalive_interval: Option<Duration>,
+    /// How long a ping may go unanswered before the connection is closed.
+    pub keepalive_timeout: Duration,
+    /// Close connections this old (±10 %); `None` keeps them for ever.
+    pub max_age: Option<Duration>,
+    /// How long a closing connection's streams have to finish before it is cut.
+    pub max_age_grace: Duration,
+    /// Closes spread over this long when the server drains; zero closes all at once.
+    pub drain_window: Duration,
+    /// Concurrent streams one connection may open.
+    pub max_concurrent_streams: u32,
+}
+
+impl Default for ConnectionConfig {
+    fn default() -> Self {
+        Self {
+            keepalive_interval: Some(Duration::from_secs(30)),
+            keepalive_timeout: Duration::from_secs(10),
+            max_age: None,
+            max_age_grace: Duration::from_secs(30),
+            drain_window: Duration::ZERO,
+            // Envoy and gRPC open one ADS stream per connection; per-type services a few.
+            max_concurrent_streams: 64,
+        }
+    }
+}
+
+/// Set when a stream's connection is closing (maximum age, drain): the stream ends with
+/// `UNAVAILABLE` so that its client reconnects.
+#[derive(Clone, Debug)]
+pub struct ConnectionClosing(pub watch::Receiver<Option<&'static str>>);
+
+impl ConnectionClosing {
+    /// Resolves with why the connection closes, once it does.
+    pub async fn closed(&mut self) -> &'static str {
+        match self.0.wait_for(Option::is_some).await {
+            Ok(reason) => reason.unwrap_or("closing"),
+            // The connection task is gone: so is the connection.
+            Err(_) => "closed",
+        }
+    }
+}
+
+/// Serves `routes` on every connection `incoming` yields, until `stop` resolves; then drains.
+pub(crate) async fn serve<IO, E>(
+    routes: tonic::service::Routes,
+    incoming: impl Stream<Item = Result<(IO, PeerInfo), E>>,
+    stop: impl Future<Output = ()>,
+    config: ConnectionConfig,
+    metrics: Arc<XdsMetrics>,
+) -> io::Result<()>
+where
+    IO: AsyncRead + AsyncWrite + Unpin + Send + 'static,
+    E: std::fmt::Display,
+{
+    let routes = routes.prepare();
+    let config = Arc::new(config);
+    // Tells every connection when the server drains.
+    let (drain, draining) = watch::channel(false);
+    let mut connections = tokio::task::JoinSet::new();
+    let counter = AtomicU64::new(0);
+    // Boxed, to be dropped (the listener closed) the moment the drain starts.
+    let mut incoming = Box::pin(incoming);
+    let mut stop = pin!(stop);
+    loop {
+        let accepted = tokio::select! {
+            accepted = incoming.next() => accepted,
+            () = &mut stop => break,
+            // Reap finished connection tasks as they go.
+            Some(_) = connections.join_next(), if !connections.is_empty() => continue,
+        };
+        let (io, info) = match accepted {
+            Some(Ok(accepted)) => accepted,
+            Some(Err(e)) => {
+                debug!(error = %e, "an incoming connection failed");
+                continue;
+            }
+            None => break,
+        };
+        let n = counter.fetch_add(1, Ordering::Relaxed);
+        connections.spawn(serve_connection(
+            io,
+            info,
+            n,
+            routes.clone(),
+            config.clone(),
+            draining.clone(),
+            metrics.clone(),
+        ));
+    }
+    drop(incoming);
+    info!(
+        connections = connections.len(),
+        window = ?config.drain_window,
+        "xDS server draining: no new connections; open ones close spread over the window"
+    );
+    metrics.draining.set(1);
+    let _ = drain.send(true);
+    while connections.join_next().await.is_some() {}
+    info!("xDS server drained");
+    Ok(())
+}
+
+/// A fraction in [0, 1) that spreads connection `n`'s moments (golden-ratio sequence: evenly
+/// spread, whatever the count).
+fn spread(n: u64) -> f64 {
+    (n as f64 * 0.618_033_988_749_895).fract()
+}
+
+async fn serve_connection<IO>(
+    io: IO,
+    info: PeerInfo,
+    n: u64,
+    routes: tonic::service::Routes,
+    config: Arc<ConnectionConfig>,
+    mut draining: watch::Receiver<bool>,
+    metrics: Arc<XdsMetrics>,
+) where
+    IO: AsyncRead + AsyncWrite + Unpin + Send + 'static,
+{
+    let (closing, closing_rx) = watch::channel(None);
+    let extensions = (info, ConnectionClosing(closing_rx));
+    let service = tower::service_fn(move |mut request: http::Request<hyper::body::Incoming>| {
+        request.extensions_mut().insert(extensions.0.clone());
+        request.extensions_mut().insert(extensions.1.clone());
+        let mut routes = routes.clone();
+        async move {
+            let response = tower::Service::call(&mut routes, request).await;
+            Ok::<_, Infallible>(response.unwrap_or_else(|never| match never {}))
+        }
+    });
+    let mut builder = http2::Builder::new(TokioExecutor::new());
+    builder
+        .timer(TokioTimer::new())
+        .max_concurrent_streams(config.max_concurrent_streams)
+        .keep_alive_interval(config.keepalive_interval)
+        .keep_alive_timeout(config.keepalive_timeout);
+    let connection = builder.serve_connection(TokioIo::new(io), TowerToHyperService::new(service));
+    let mut connection = pin!(connection);
+    metrics.connections.inc();
+    let _gauge = scopeguard(|| {
+        metrics.connections.dec();
+    });
+
+    let age = config.max_age.map(|age| age.mul_f64(0.9 + 0.2 * spread(n)));
+    let drain_delay = config.drain_window.mul_f64(spread(n));
+    let reason = tokio::select! {
+        result = connection.as_mut() => {
+            let reason = if result.is_ok() { "client" } else { "error" };
+            metrics.connections_closed.get_or_create(&ClosedLabels { reason }).inc();
+            if let Err(e) = result {
+                debug!(error = %e, "an xDS connection ended with an error (a keepalive timeout, or a reset)");
+            }
+            return;
+        }
+        () = async {
+            match age {
+                Some(age) => tokio::time::sleep(age).await,
+                None => std::future::pending().await,
+            }
+        } => "max_age",
+        () = async {
+            let _ = draining.wait_for(|d| *d).await;
+            tokio::time::sleep(drain_delay).await;
+        } => "drain",
+    };
+    // Streams end with UNAVAILABLE (clients reconnect); GOAWAY refuses new ones; the
+    // connection closes when its streams are done, or is cut after the grace period.
+    let _ = closing.send(Some(reason));
+    connection.as_mut().graceful_shutdown();
+    metrics
+        .connections_closed
+        .get_or_create(&ClosedLabels { reason })
+        .inc();
+    let grace = config.max_age_grace;
+    if tokio::time::timeout(grace, connection.as_mut())
+        .await
+        .is_err()
+    {
+        debug!(
+            ?grace,
+            reason, "a closing xDS connection outlived its grace period; cut"
+        );
+    }
+}
+
+/// Runs `f` when dropped, however the function returns.
+fn scopeguard<F: FnOnce()>(f: F) -> impl Drop {
+    struct Guard<F: FnOnce()>(Option<F>);
+    impl<F: FnOnce()> Drop for Guard<F> {
+        fn drop(&mut self) {
+            if let Some(f) = self.0.take() {
+                f();
+            }
+        }
+    }
+    Guard(Some(f))
+}
