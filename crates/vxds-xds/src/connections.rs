@@ -142,10 +142,10 @@ where
     Ok(())
 }
 
-/// A fraction in [0, 1) that spreads connection `n`'s moments (golden-ratio sequence: evenly
-/// spread, whatever the count).
+/// A fraction in (0, 1) that spreads connection `n`'s moments (golden-ratio sequence: evenly
+/// spread, whatever the count; never 0, so no connection closes the instant a drain starts).
 fn spread(n: u64) -> f64 {
-    (n as f64 * 0.618_033_988_749_895).fract()
+    ((n + 1) as f64 * 0.618_033_988_749_895).fract()
 }
 
 async fn serve_connection<IO>(
