@@ -35,6 +35,18 @@ impl ServeProcess {
         extra_args: &[&str],
     ) -> io::Result<ServeProcess> {
         let database = format!("sqlite://{}", dir.join("vxds.db").display());
+        Self::start_on(binary, dir, &database, xds_addr, extra_args)
+    }
+
+    /// Like [`Self::start_at`], on the database at `database` (e.g. a fresh Postgres
+    /// database); the log is still kept in `dir`.
+    pub fn start_on(
+        binary: &Path,
+        dir: &Path,
+        database: &str,
+        xds_addr: &str,
+        extra_args: &[&str],
+    ) -> io::Result<ServeProcess> {
         let mut child = Command::new(binary)
             .args([
                 "serve",
@@ -43,7 +55,7 @@ impl ServeProcess {
                 "--xds-addr",
                 xds_addr,
             ])
-            .args(["--database-url", &database])
+            .args(["--database-url", database])
             .args(extra_args)
             .env("RUST_LOG", "info")
             .stdout(Stdio::null())
