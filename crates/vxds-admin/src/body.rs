@@ -134,32 +134,53 @@ impl<T: DeserializeOwned> FromRequest<AdminState> for Payload<T> {
                 marker.0.store(true, Ordering::Relaxed);
             }
         }
-        let value: Value = match format {
-            Format::Json | Format::Form => {
-                serde_json::from_slice(&bytes).map_err(|e| ApiError::BadRequest {
-                    detail: format!("the body is not valid JSON: {e}"),
-                    errors: vec![ProblemItem::new("", "invalid_json", e.to_string())],
-                })?
+        match format {
+            // Straight from the text into `T`: no tree of the whole document, whose nodes
+            // would take many times the body's size.
+            Format::Json | Format::Form => parse_json(&bytes).map(Payload),
+            Format::Yaml => {
+                let value = yaml::to_value(&bytes).map_err(|e| ApiError::BadRequest {
+                    detail: e.to_string(),
+                    errors: vec![ProblemItem::new("", e.code(), e.to_string())],
+                })?;
+                drop(bytes);
+                parse_value(value).map(Payload)
             }
-            Format::Yaml => yaml::to_value(&bytes).map_err(|e| ApiError::BadRequest {
-                detail: e.to_string(),
-                errors: vec![ProblemItem::new("", e.code(), e.to_string())],
-            })?,
-        };
-        parse_value(value).map(Payload)
+        }
     }
+}
+
+/// `T` from JSON text: a syntax error is a 400 `invalid_json`, a mismatch a 400 naming the
+/// field.
+pub fn parse_json<T: DeserializeOwned>(bytes: &[u8]) -> Result<T, ApiError> {
+    let invalid = |e: serde_json::Error| ApiError::BadRequest {
+        detail: format!("the body is not valid JSON: {e}"),
+        errors: vec![ProblemItem::new("", "invalid_json", e.to_string())],
+    };
+    let mut json = serde_json::Deserializer::from_slice(bytes);
+    let value = serde_path_to_error::deserialize(&mut json).map_err(|e| {
+        if e.inner().is_data() {
+            shape_error(e.path(), e.inner().to_string())
+        } else {
+            invalid(e.into_inner())
+        }
+    })?;
+    json.end().map_err(invalid)?;
+    Ok(value)
 }
 
 /// `T` from a JSON value; a mismatch is a 400 naming the field.
 pub fn parse_value<T: DeserializeOwned>(value: Value) -> Result<T, ApiError> {
-    serde_path_to_error::deserialize(value).map_err(|e| {
-        let pointer = pointer_from_serde_path(e.path()).to_string();
-        let message = e.inner().to_string();
-        ApiError::BadRequest {
-            detail: format!("the body does not have the expected shape at `{pointer}`: {message}"),
-            errors: vec![ProblemItem::new(pointer, "malformed", message)],
-        }
-    })
+    serde_path_to_error::deserialize(value)
+        .map_err(|e| shape_error(e.path(), e.inner().to_string()))
+}
+
+fn shape_error(path: &serde_path_to_error::Path, message: String) -> ApiError {
+    let pointer = pointer_from_serde_path(path).to_string();
+    ApiError::BadRequest {
+        detail: format!("the body does not have the expected shape at `{pointer}`: {message}"),
+        errors: vec![ProblemItem::new(pointer, "malformed", message)],
+    }
 }
 
 fn is_length_limit(e: &axum::Error) -> bool {

@@ -11,6 +11,7 @@ mod body;
 mod changesets;
 mod clients;
 mod conditional;
+mod export;
 mod health;
 pub mod metrics;
 pub mod origin;
@@ -33,6 +34,7 @@ use utoipa_axum::routes;
 use vxds_store::{Index, Store};
 
 pub use auth::{Scope, TokenFileError, Tokens};
+pub use export::REVISION_HEADER;
 pub use metrics::AdminMetrics;
 pub use origin::{OriginConfigError, OriginPolicy};
 pub use problem::{ApiError, ProblemBody, ProblemItem};
@@ -191,6 +193,7 @@ impl Modify for BearerAuth {
 fn api_router() -> OpenApiRouter<AdminState> {
     OpenApiRouter::with_openapi(ApiDoc::openapi())
         .routes(routes!(resources::list))
+        .routes(routes!(export::export))
         .routes(routes!(resources::get, resources::put, resources::delete))
         .routes(routes!(changesets::post))
         .routes(routes!(resolve::resolve))

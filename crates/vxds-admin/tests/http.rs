@@ -2,6 +2,8 @@
 
 #![allow(clippy::unwrap_used)] // tests fail loudly on purpose
 
+#[path = "http/bulk.rs"]
+mod bulk;
 #[path = "http/hardening.rs"]
 mod hardening;
 #[path = "http/outage.rs"]

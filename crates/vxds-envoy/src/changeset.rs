@@ -21,8 +21,10 @@ use crate::resource::{Body, CLUSTER, ResourceType, SECRET, content_hash};
 use crate::rules::{self, GraphProblem};
 
 mod precondition;
+mod raw;
 
 pub use precondition::{ANY_VERSION, ExpectedVersion, Precondition};
+pub use raw::RawJson;
 
 /// A write of any number of operations, applied all or nothing as one revision.
 #[derive(Clone, Debug, Default, PartialEq, Serialize, Deserialize)]
@@ -40,12 +42,71 @@ pub struct ChangesetRequest {
     pub operations: Vec<OperationRequest>,
 }
 
+// Read through the flat `OperationFields` rather than as an internally tagged enum, which
+// would buffer each operation in a tree of its own first (and cannot hold `RawJson`).
 #[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
-#[serde(tag = "op", rename_all = "snake_case")]
+#[serde(tag = "op", rename_all = "snake_case", try_from = "OperationFields")]
 pub enum OperationRequest {
     /// Replace the resource's whole variant set (creating the resource if needed).
     Put(PutRequest),
     Delete(DeleteRequest),
+}
+
+/// An operation as written: the fields of every kind, checked against `op` afterwards.
+#[derive(Deserialize)]
+#[serde(deny_unknown_fields)]
+struct OperationFields {
+    op: OperationKind,
+    #[serde(rename = "type")]
+    resource_type: String,
+    name: String,
+    #[serde(default)]
+    expected_version: Option<ExpectedVersion>,
+    #[serde(default)]
+    must_not_exist: Option<bool>,
+    #[serde(default)]
+    variants: Option<Vec<VariantRequest>>,
+}
+
+#[derive(Deserialize)]
+#[serde(rename_all = "snake_case")]
+enum OperationKind {
+    Put,
+    Delete,
+}
+
+impl TryFrom<OperationFields> for OperationRequest {
+    type Error = String;
+
+    fn try_from(fields: OperationFields) -> Result<Self, String> {
+        match fields.op {
+            OperationKind::Put => Ok(OperationRequest::Put(PutRequest {
+                resource_type: fields.resource_type,
+                name: fields.name,
+                expected_version: fields.expected_version,
+                must_not_exist: fields.must_not_exist.unwrap_or(false),
+                variants: fields.variants.ok_or("missing field `variants`")?,
+            })),
+            OperationKind::Delete => {
+                for (present, field) in [
+                    (fields.variants.is_some(), "variants"),
+                    (fields.must_not_exist.is_some(), "must_not_exist"),
+                ] {
+                    if present {
+                        return Err(format!(
+                            "unknown field `{field}` (a delete takes `type`, `name` and \
+                             `expected_version`)"
+                        ));
+                    }
+                }
+                Ok(OperationRequest::Delete(DeleteRequest {
+                    resource_type: fields.resource_type,
+                    name: fields.name,
+                    expected_version: fields.expected_version,
+                }))
+            }
+        }
+    }
 }
 
 /// A resource and its whole variant set: a put operation, a fixture document, a PUT body.
@@ -87,8 +148,9 @@ pub struct VariantRequest {
     #[cfg_attr(feature = "openapi", schema(value_type = Option<serde_json::Value>))]
     pub constraints: Value,
     /// The body: proto3 JSON with `@type`.
+    // Kept as text until it is validated: see `RawJson`.
     #[cfg_attr(feature = "openapi", schema(value_type = Object))]
-    pub resource: Value,
+    pub resource: RawJson,
 }
 
 /// The OpenAPI schema of an operation, written by hand: each kind is one closed object that
@@ -309,7 +371,10 @@ pub struct ValidatedResource {
 #[derive(Clone, Debug)]
 pub struct ValidatedVariant {
     pub constraints: CanonicalConstraints,
-    pub body: Body,
+    /// The body, an encoded `google.protobuf.Any`: all the store needs of it. The decoded
+    /// message and its canonical JSON are dropped once validated, so that a large changeset
+    /// does not hold them all until it commits.
+    pub body: Vec<u8>,
     /// Hash of the type, the canonical constraints and the canonical body.
     pub version: String,
 }
@@ -332,7 +397,7 @@ pub fn validate(
     request: &ChangesetRequest,
     config: &ValidationConfig,
 ) -> Result<Validated, Invalid> {
-    check(request, config).into_result()
+    check(request.clone(), config).into_result()
 }
 
 /// Everything the stateless rules found: the operations that passed (so that rules needing
@@ -361,8 +426,9 @@ impl Checked {
     }
 }
 
-/// Runs every stateless rule on `request`, keeping what passed.
-pub fn check(request: &ChangesetRequest, config: &ValidationConfig) -> Checked {
+/// Runs every stateless rule on `request`, keeping what passed. Each operation's request is
+/// dropped once it is validated, so the request and its validated form are not both held whole.
+pub fn check(request: ChangesetRequest, config: &ValidationConfig) -> Checked {
     let mut v = Validator {
         config,
         errors: Vec::new(),
@@ -384,9 +450,9 @@ pub fn check(request: &ChangesetRequest, config: &ValidationConfig) -> Checked {
         // Duplicates are found by key alone, so that one is reported even when the other
         // operation has problems of its own.
         let mut first_for_key: HashMap<ResourceKey, usize> = HashMap::new();
-        for (i, op) in request.operations.iter().enumerate() {
+        for (i, op) in request.operations.into_iter().enumerate() {
             let at = ops_at.push(i);
-            if let Some(key) = key_of(op, config) {
+            if let Some(key) = key_of(&op, config) {
                 if let Some(&first) = first_for_key.get(&key) {
                     v.errors.push(
                         Problem::new(
@@ -403,7 +469,7 @@ pub fn check(request: &ChangesetRequest, config: &ValidationConfig) -> Checked {
                 }
                 first_for_key.insert(key, i);
             }
-            let validated = match op {
+            let validated = match &op {
                 OperationRequest::Put(put) => v.put(i, put, &at),
                 OperationRequest::Delete(delete) => v.delete(i, delete, &at),
             };
@@ -413,7 +479,7 @@ pub fn check(request: &ChangesetRequest, config: &ValidationConfig) -> Checked {
     let changeset = ValidatedChangeset {
         expected_revision: request.expected_revision,
         dry_run: request.dry_run,
-        message: request.message.clone(),
+        message: request.message,
         operations,
     };
     Checked {
@@ -429,7 +495,7 @@ pub fn validate_standalone(
     request: &ChangesetRequest,
     config: &ValidationConfig,
 ) -> Result<Validated, Invalid> {
-    let mut checked = check(request, config);
+    let mut checked = check(request.clone(), config);
     let edges: BTreeMap<String, BTreeSet<String>> = checked
         .changeset
         .aggregate_updates()
@@ -723,7 +789,7 @@ impl Validator<'_> {
             );
             variants.push(ValidatedVariant {
                 constraints,
-                body,
+                body: body.any_bytes,
                 version,
             });
         }
@@ -798,14 +864,14 @@ impl Validator<'_> {
     /// The body and, for aggregate clusters, the clusters it points to.
     fn body(
         &mut self,
-        json: &Value,
+        json: &RawJson,
         ty: &ResourceType,
         name: Option<&str>,
         i: usize,
         j: usize,
         at: &Pointer,
     ) -> Option<(Body, Option<Vec<String>>)> {
-        let body = match Body::from_json(json, ty) {
+        let body = match Body::from_json(json.get(), ty) {
             Ok(body) => body,
             Err(e) => {
                 self.error(Problem::new(at.join(&e.pointer), e.code, e.message).at(i, Some(j)));
@@ -936,7 +1002,7 @@ mod tests {
                 .into_iter()
                 .map(|(constraints, resource)| VariantRequest {
                     constraints,
-                    resource,
+                    resource: resource.into(),
                 })
                 .collect(),
         })

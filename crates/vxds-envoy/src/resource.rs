@@ -136,11 +136,19 @@ pub struct BodyError {
 }
 
 impl Body {
-    /// Parses proto3 JSON (or YAML turned into JSON) with `@type`, which must be `ty`.
-    pub fn from_json(json: &Value, ty: &ResourceType) -> Result<Self, BodyError> {
-        let at_type = json
-            .get("@type")
-            .and_then(Value::as_str)
+    /// Parses proto3 JSON text (or YAML turned into JSON) with `@type`, which must be `ty`.
+    /// Straight from the text into the message: no JSON tree is built.
+    pub fn from_json(text: &str, ty: &ResourceType) -> Result<Self, BodyError> {
+        /// The `@type` alone; every other field is skipped without being kept.
+        #[derive(serde::Deserialize)]
+        struct Head<'a> {
+            #[serde(rename = "@type", borrow, default)]
+            at_type: Option<std::borrow::Cow<'a, str>>,
+        }
+        let head = serde_json::from_str::<Head>(text).ok();
+        let at_type = head
+            .as_ref()
+            .and_then(|h| h.at_type.as_deref())
             .ok_or_else(|| BodyError {
                 pointer: Pointer::root().push("@type"),
                 code: "missing_type",
@@ -159,11 +167,13 @@ impl Body {
         let any_descriptor =
             descriptors::message("google.protobuf.Any").expect("Any is in the pool");
         let mut track = serde_path_to_error::Track::new();
+        let mut json = serde_json::Deserializer::from_str(text);
         let parsed = DynamicMessage::deserialize_with_options(
             any_descriptor,
-            serde_path_to_error::Deserializer::new(json, &mut track),
+            serde_path_to_error::Deserializer::new(&mut json, &mut track),
             &DeserializeOptions::new().deny_unknown_fields(true),
-        );
+        )
+        .and_then(|any| json.end().map(|()| any));
         let any = parsed.map_err(|e| BodyError {
             pointer: pointer_from_serde_path(&track.path()),
             code: "invalid_body",
@@ -171,6 +181,11 @@ impl Body {
         })?;
         let any_bytes = any.encode_to_vec();
         Self::from_any_bytes(any_bytes, ty)
+    }
+
+    /// [`Self::from_json`] for a JSON tree.
+    pub fn from_value(json: &Value, ty: &ResourceType) -> Result<Self, BodyError> {
+        Self::from_json(&json.to_string(), ty)
     }
 
     /// Decodes a stored `google.protobuf.Any`.
@@ -198,6 +213,27 @@ impl Body {
             value_bytes: any.value,
             canonical_json,
         })
+    }
+
+    /// A stored `google.protobuf.Any` as [`Self::to_json`] prints it, without the rest of
+    /// [`Self::from_any_bytes`]'s work (the canonical JSON), for reads of many bodies.
+    pub fn json_of_any(any_bytes: &[u8], ty: &ResourceType) -> Result<Value, BodyError> {
+        let invalid = |message: String| BodyError {
+            pointer: Pointer::root(),
+            code: "invalid_body",
+            message,
+        };
+        let any = prost_types::Any::decode(any_bytes).map_err(|e| invalid(e.to_string()))?;
+        if any.type_url != ty.type_url() {
+            return Err(invalid(format!(
+                "holds `{}`, not `{}`",
+                any.type_url,
+                ty.type_url()
+            )));
+        }
+        let message = DynamicMessage::decode(ty.descriptor().clone(), any.value.as_slice())
+            .map_err(|e| invalid(e.to_string()))?;
+        Ok(to_json(&message, Some(ty.type_url())))
     }
 
     /// The body as proto3 JSON with `@type` and protobuf field names, as Envoy's config dumps
@@ -336,28 +372,29 @@ mod tests {
             "connect_timeout": "0.250s",
             "eds_cluster_config": {"eds_config": {"ads": {}}}
         });
-        let body = Body::from_json(&json, &ty).unwrap();
+        let body = Body::from_value(&json, &ty).unwrap();
         assert_eq!(body.name(&ty).as_deref(), Some("c1"));
         let again = Body::from_any_bytes(body.any_bytes.clone(), &ty).unwrap();
         assert_eq!(again.to_json(&ty), json);
+        assert_eq!(Body::json_of_any(&body.any_bytes, &ty).unwrap(), json);
         assert_eq!(again.canonical_json, body.canonical_json);
     }
 
     #[test]
     fn body_errors_point_at_the_field() {
         let ty = ResourceType::resolve("cluster").unwrap();
-        let e = Body::from_json(&json!({"name": "c"}), &ty).unwrap_err();
+        let e = Body::from_value(&json!({"name": "c"}), &ty).unwrap_err();
         assert_eq!(
             (e.pointer.to_string().as_str(), e.code),
             ("/@type", "missing_type")
         );
-        let e = Body::from_json(
+        let e = Body::from_value(
             &json!({"@type": "type.googleapis.com/envoy.config.listener.v3.Listener"}),
             &ty,
         )
         .unwrap_err();
         assert_eq!(e.code, "type_mismatch");
-        let e = Body::from_json(
+        let e = Body::from_value(
             &json!({
                 "@type": "type.googleapis.com/envoy.config.cluster.v3.Cluster",
                 "load_assignment": {"endpoints": [{"lb_endpoints": [{"endpoint": {"address": {
@@ -370,7 +407,7 @@ mod tests {
             e.pointer.to_string(),
             "/load_assignment/endpoints/0/lb_endpoints/0/endpoint/address/socket_address/port_value"
         );
-        let e = Body::from_json(
+        let e = Body::from_value(
             &json!({"@type": "type.googleapis.com/envoy.config.cluster.v3.Cluster", "nmae": "x"}),
             &ty,
         )

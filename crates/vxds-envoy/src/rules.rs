@@ -451,7 +451,7 @@ mod tests {
             .unwrap()
             .extend(extra.as_object().unwrap().clone());
         let ty = ResourceType::resolve("cluster").unwrap();
-        check_cluster(&Body::from_json(&body, &ty).unwrap())
+        check_cluster(&Body::from_value(&body, &ty).unwrap())
     }
 
     fn dns(endpoints: Value) -> RuleReport {

@@ -146,7 +146,7 @@ impl StoredResource {
                 .map(|v| StoredVariant {
                     id: v.constraints.id(),
                     constraints: v.constraints.clone(),
-                    body: v.body.any_bytes.clone(),
+                    body: v.body.clone(),
                     version: v.version.clone(),
                     created_at_ms: now_ms,
                     updated_at_ms: now_ms,

@@ -122,6 +122,13 @@ impl TestDb {
             .expect("connecting to the test database")
     }
 
+    /// Drops the database now (a Postgres database; a SQLite folder goes with the value).
+    pub async fn remove(self) {
+        if let Some((admin, name)) = &self.postgres {
+            Self::drop_database(admin, name).await;
+        }
+    }
+
     async fn drop_database(admin: &str, name: &str) {
         if let Ok(mut conn) = sqlx::PgConnection::connect(admin).await {
             let sql = format!("DROP DATABASE IF EXISTS {name} WITH (FORCE)");

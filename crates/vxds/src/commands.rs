@@ -16,11 +16,13 @@ use serde_json::Value;
 /// Writes to standard output. A reader that went away (`vxds export | head`) is not an error:
 /// the process ends quietly, as Unix tools do.
 pub fn out(text: &str) {
+    out_bytes(text.as_bytes());
+}
+
+/// [`out`] for bytes.
+pub fn out_bytes(bytes: &[u8]) {
     let mut stdout = std::io::stdout().lock();
-    if let Err(e) = stdout
-        .write_all(text.as_bytes())
-        .and_then(|()| stdout.flush())
-    {
+    if let Err(e) = stdout.write_all(bytes).and_then(|()| stdout.flush()) {
         if e.kind() == std::io::ErrorKind::BrokenPipe {
             std::process::exit(0);
         }

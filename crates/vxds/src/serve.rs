@@ -48,7 +48,8 @@ pub struct ServeArgs {
     /// (slowloris) is disconnected. Bodies must arrive within 30 s.
     #[arg(long, env = "VXDS_ADMIN_HEADER_TIMEOUT", default_value = "10s", value_parser = humantime::parse_duration)]
     pub admin_header_timeout: std::time::Duration,
-    /// Largest admin request body, in bytes.
+    /// Largest admin request body, in bytes (16 MiB). A larger one is refused with 413 before
+    /// it is read: by its Content-Length, or as soon as it crosses the limit.
     #[arg(long, env = "VXDS_ADMIN_BODY_LIMIT", default_value_t = DEFAULT_BODY_LIMIT)]
     pub admin_body_limit: usize,
     /// xdstp authorities this server serves (comma-separated); names with others are refused.

@@ -13,7 +13,8 @@ use serde_json::Value;
 use tokio::task::JoinHandle;
 use tower::ServiceExt;
 use vxds_admin::{AdminMetrics, AdminState, DEFAULT_BODY_LIMIT, Tokens};
-use vxds_store::{Store, StoreOptions, index};
+use vxds_store::index::Snapshot;
+use vxds_store::{Index, Store, StoreOptions, index};
 
 #[derive(Clone, Debug, Args)]
 pub struct TargetArgs {
@@ -57,12 +58,27 @@ pub enum Target {
 
 impl Target {
     pub async fn connect(args: &TargetArgs) -> anyhow::Result<Self> {
+        Self::connect_with(args, true).await
+    }
+
+    /// Like [`Self::connect`], for commands that only read the store and write changesets
+    /// (`apply`, `export`): with `--database-url`, no in-memory index is loaded, which would
+    /// read the whole store first.
+    pub async fn connect_without_index(args: &TargetArgs) -> anyhow::Result<Self> {
+        Self::connect_with(args, false).await
+    }
+
+    async fn connect_with(args: &TargetArgs, with_index: bool) -> anyhow::Result<Self> {
         match &args.database_url {
             Some(url) => {
                 let store = Store::connect(url, StoreOptions::default())
                     .await
                     .with_context(|| format!("opening {}", vxds_store::redact(url)))?;
-                let (index, follower) = index::start(store.clone()).await?;
+                let (index, follower) = if with_index {
+                    index::start(store.clone()).await?
+                } else {
+                    (Index::fixed(Snapshot::default()), tokio::spawn(async {}))
+                };
                 let mut registry = Registry::default();
                 let metrics = Arc::new(AdminMetrics::register(&mut registry));
                 let state = AdminState::new(
@@ -149,6 +165,60 @@ impl Target {
             serde_json::from_slice(&bytes).unwrap_or(Value::Null)
         };
         Ok(Reply { status, body })
+    }
+
+    /// GETs `path` and hands the answer's body to `sink` piece by piece, as it arrives. An
+    /// error status is an error with the problem's detail.
+    pub async fn stream(
+        &self,
+        path: &str,
+        mut sink: impl FnMut(&[u8]) -> anyhow::Result<()>,
+    ) -> anyhow::Result<()> {
+        match self {
+            Target::Server {
+                base,
+                token,
+                client,
+            } => {
+                let mut request = client.get(format!("{base}{path}"));
+                if let Some(token) = token {
+                    request = request.bearer_auth(token);
+                }
+                let mut response = request
+                    .send()
+                    .await
+                    .with_context(|| format!("calling {base}"))?;
+                let status = response.status().as_u16();
+                if !(200..300).contains(&status) {
+                    let body =
+                        serde_json::from_slice(&response.bytes().await?).unwrap_or(Value::Null);
+                    return self.expect_ok(Reply { status, body }).map(drop);
+                }
+                while let Some(piece) = response.chunk().await.context("reading the answer")? {
+                    sink(&piece)?;
+                }
+            }
+            Target::Database { router, .. } => {
+                let request = Request::builder()
+                    .method(Method::GET)
+                    .uri(path)
+                    .body(axum::body::Body::empty())?;
+                let response = router.clone().oneshot(request).await?;
+                let status = response.status().as_u16();
+                let mut body = response.into_body();
+                if !(200..300).contains(&status) {
+                    let bytes = body.collect().await?.to_bytes();
+                    let body = serde_json::from_slice(&bytes).unwrap_or(Value::Null);
+                    return self.expect_ok(Reply { status, body }).map(drop);
+                }
+                while let Some(frame) = body.frame().await {
+                    if let Ok(piece) = frame.context("reading the answer")?.into_data() {
+                        sink(&piece)?;
+                    }
+                }
+            }
+        }
+        Ok(())
     }
 
     /// The store's head revision, read from the store now.

@@ -318,6 +318,34 @@ fn apply_and_resolve_against_a_running_server_with_tokens() {
         answer["variant"]["constraints_text"],
         r#"env != "prod" && version = "v1""#
     );
+
+    // Export (`GET /v1/export`, a read token will do) and apply it back: nothing changes.
+    let export = run(&[
+        "export",
+        "--server",
+        &server.base,
+        "--token",
+        "ci-read-token-0123456789",
+    ]);
+    assert!(export.status.success(), "{}", stderr(&export));
+    assert_eq!(stdout(&export).matches("---\n").count(), 6);
+    let file = tempfile::NamedTempFile::with_suffix(".yaml").unwrap();
+    std::fs::write(file.path(), &export.stdout).unwrap();
+    let again = run(&[
+        "apply",
+        "-f",
+        file.path().to_str().unwrap(),
+        "--server",
+        &server.base,
+        "--token",
+        "ci-write-token-0123456789",
+    ]);
+    assert_eq!(
+        stdout(&again),
+        "no changes; the store stays at revision 1\n",
+        "{}",
+        stderr(&again)
+    );
 }
 
 /// `vxds token create` prints a random token and a token-file line holding its SHA-256 (checked

@@ -4,8 +4,9 @@
 //! read transaction), so the state it returns is exactly one revision's: the index never holds a
 //! mix of two.
 
-use std::collections::{BTreeMap, BTreeSet};
+use std::collections::{BTreeMap, BTreeSet, HashMap};
 
+use futures::TryStreamExt;
 use sqlx::any::AnyRow;
 use sqlx::{Any, Row, Transaction};
 use vxds_core::{Constraints, ConstraintsId, Limits};
@@ -58,6 +59,54 @@ impl Store {
     /// Everything committed after `revision` (everything, for 0), from one snapshot.
     pub async fn changes_since(&self, revision: u64) -> Result<ChangeBatch, StoreError> {
         self.guarded(self.fetch_changes(revision)).await
+    }
+
+    /// Every resource (of one type, if given) with its variants, in the order `list` pages
+    /// through them, and the revision they are at: one snapshot, for `GET /v1/export`.
+    pub async fn export(
+        &self,
+        type_url: Option<&str>,
+    ) -> Result<(u64, Vec<StoredResource>), StoreError> {
+        self.guarded(self.fetch_export(type_url.unwrap_or_default()))
+            .await
+    }
+
+    async fn fetch_export(&self, type_url: &str) -> Result<(u64, Vec<StoredResource>), StoreError> {
+        let mut tx = self.begin_snapshot().await?;
+        let head = sqlx::query("SELECT revision FROM vxds_head WHERE id = 1")
+            .fetch_one(&mut *tx)
+            .await?
+            .try_get::<i64, _>(0)? as u64;
+        let sql = sqlx::AssertSqlSafe(format!(
+            "SELECT {RESOURCE_COLUMNS} FROM vxds_resources r \
+             WHERE ($1 = '' OR r.type_url = $1) ORDER BY r.type_url, r.name"
+        ));
+        let mut resources = Vec::new();
+        let mut at: HashMap<ResourceKey, usize> = HashMap::new();
+        let mut rows = sqlx::query(sql).bind(type_url).fetch(&mut *tx);
+        while let Some(row) = rows.try_next().await? {
+            let resource = resource_from_row(&row)?;
+            at.insert(resource.key.clone(), resources.len());
+            resources.push(resource);
+        }
+        drop(rows);
+        let sql = sqlx::AssertSqlSafe(format!(
+            "SELECT {VARIANT_COLUMNS} FROM vxds_variants v \
+             WHERE ($1 = '' OR v.type_url = $1) ORDER BY v.type_url, v.name, v.position"
+        ));
+        let mut rows = sqlx::query(sql).bind(type_url).fetch(&mut *tx);
+        while let Some(row) = rows.try_next().await? {
+            let key = ResourceKey {
+                type_url: row.try_get(0)?,
+                name: row.try_get(1)?,
+            };
+            if let Some(&i) = at.get(&key) {
+                resources[i].variants.push(variant_from_row(&row)?);
+            }
+        }
+        drop(rows);
+        tx.commit().await?;
+        Ok((head, resources))
     }
 
     async fn fetch_resource(
@@ -220,16 +269,17 @@ impl Store {
                 deleted: Vec::new(),
             });
         }
-        let rows = sqlx::query(
+        // Rows are taken one at a time as they arrive (here and below), never all at once: after a
+        // large changeset they would hold the whole change a second time.
+        let mut revisions: Vec<RevisionChangeList> = Vec::new();
+        let mut rows = sqlx::query(
             "SELECT c.revision, r.created_at_ms, c.type_url, c.name \
              FROM vxds_revision_changes c JOIN vxds_revisions r ON r.revision = c.revision \
              WHERE c.revision > $1 ORDER BY c.revision, c.type_url, c.name",
         )
         .bind(revision as i64)
-        .fetch_all(&mut *tx)
-        .await?;
-        let mut revisions: Vec<RevisionChangeList> = Vec::new();
-        for row in rows {
+        .fetch(&mut *tx);
+        while let Some(row) = rows.try_next().await? {
             let n = row.try_get::<i64, _>(0)? as u64;
             let key = ResourceKey {
                 type_url: row.try_get(2)?,
@@ -244,6 +294,7 @@ impl Store {
                 }),
             }
         }
+        drop(rows);
         // Everything at 0; otherwise the resources the revisions touched.
         let filter = if revision == 0 {
             "$1 = $1"
@@ -254,35 +305,30 @@ impl Store {
         let sql = sqlx::AssertSqlSafe(format!(
             "SELECT {RESOURCE_COLUMNS} FROM vxds_resources r WHERE {filter} ORDER BY r.type_url, r.name"
         ));
-        let resource_rows = sqlx::query(sql)
-            .bind(revision as i64)
-            .fetch_all(&mut *tx)
-            .await?;
+        let mut resources: BTreeMap<ResourceKey, StoredResource> = BTreeMap::new();
+        let mut rows = sqlx::query(sql).bind(revision as i64).fetch(&mut *tx);
+        while let Some(row) = rows.try_next().await? {
+            let resource = resource_from_row(&row)?;
+            resources.insert(resource.key.clone(), resource);
+        }
+        drop(rows);
         let sql = sqlx::AssertSqlSafe(format!(
             "SELECT {VARIANT_COLUMNS} FROM vxds_variants v JOIN vxds_resources r \
                  ON r.type_url = v.type_url AND r.name = v.name \
              WHERE {filter} ORDER BY v.type_url, v.name, v.position"
         ));
-        let variant_rows = sqlx::query(sql)
-            .bind(revision as i64)
-            .fetch_all(&mut *tx)
-            .await?;
-        tx.commit().await?;
-
-        let mut resources: BTreeMap<ResourceKey, StoredResource> = BTreeMap::new();
-        for row in &resource_rows {
-            let resource = resource_from_row(row)?;
-            resources.insert(resource.key.clone(), resource);
-        }
-        for row in &variant_rows {
+        let mut rows = sqlx::query(sql).bind(revision as i64).fetch(&mut *tx);
+        while let Some(row) = rows.try_next().await? {
             let key = ResourceKey {
                 type_url: row.try_get(0)?,
                 name: row.try_get(1)?,
             };
             if let Some(resource) = resources.get_mut(&key) {
-                resource.variants.push(variant_from_row(row)?);
+                resource.variants.push(variant_from_row(&row)?);
             }
         }
+        drop(rows);
+        tx.commit().await?;
         let touched: BTreeSet<&ResourceKey> = revisions.iter().flat_map(|r| &r.changed).collect();
         let deleted = touched
             .into_iter()

@@ -53,7 +53,7 @@ impl Store {
         self.inner.health.check()?;
         let config = self.inner.validation.clone();
         // Validation is CPU work (the exclusivity analysis): keep it off the runtime threads.
-        let checked = tokio::task::spawn_blocking(move || changeset::check(&request, &config))
+        let checked = tokio::task::spawn_blocking(move || changeset::check(request, &config))
             .await
             .map_err(|e| StoreError::Corrupt(format!("validation panicked: {e}")))?;
         let written = self.write(checked, author).await;
@@ -397,7 +397,7 @@ async fn put_resource(
         .bind(position as i64)
         .bind(&id)
         .bind(variant.constraints.to_string())
-        .bind(variant.body.any_bytes.clone())
+        .bind(variant.body.clone())
         .bind(&variant.version)
         .bind(created_at_ms)
         .bind(updated_at_ms)

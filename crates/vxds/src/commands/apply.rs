@@ -39,7 +39,7 @@ const PRUNE_ATTEMPTS: usize = 3;
 
 pub async fn run(args: ApplyArgs) -> anyhow::Result<ExitCode> {
     let fixtures = fixtures::load(&args.files)?;
-    let target = Target::connect(&args.target).await?;
+    let target = Target::connect_without_index(&args.target).await?;
     let result = apply(&args, &fixtures, &target).await;
     target.close().await;
     result

@@ -1,12 +1,15 @@
 //! `vxds export`: the store as fixture documents that `vxds apply` takes back unchanged.
+//!
+//! One request, `GET /v1/export`, which reads the store in one snapshot; its answer is written
+//! out as it arrives.
 
+use std::fs::File;
+use std::io::{BufWriter, Write};
 use std::path::PathBuf;
 use std::process::ExitCode;
 
-use axum::http::Method;
+use anyhow::Context;
 use clap::Args;
-use serde::Serialize;
-use serde_json::Value;
 
 use crate::target::{Target, TargetArgs, segment};
 
@@ -22,57 +25,43 @@ pub struct ExportArgs {
     output: Option<PathBuf>,
 }
 
-#[derive(Serialize)]
-struct Document {
-    #[serde(rename = "type")]
-    resource_type: String,
-    name: String,
-    variants: Vec<Variant>,
-}
-
-#[derive(Serialize)]
-struct Variant {
-    #[serde(skip_serializing_if = "Option::is_none")]
-    constraints: Option<String>,
-    resource: Value,
-}
-
 pub async fn run(args: ExportArgs) -> anyhow::Result<ExitCode> {
-    let target = Target::connect(&args.target).await?;
+    let target = Target::connect_without_index(&args.target).await?;
     let result = export(&args, &target).await;
     target.close().await;
-    let yaml = result?;
-    match &args.output {
-        Some(path) => std::fs::write(path, yaml)?,
-        None => super::out(&yaml),
+    if result.is_err()
+        && let Some(path) = &args.output
+    {
+        // A cut-off export must not pass for a whole one.
+        let _ = std::fs::remove_file(path);
     }
+    result?;
     Ok(ExitCode::SUCCESS)
 }
 
-async fn export(args: &ExportArgs, target: &Target) -> anyhow::Result<String> {
-    let mut out = String::new();
-    for (type_url, name) in target.list_all(args.resource_type.as_deref()).await? {
-        let path = format!("/v1/resources/{}/{}", segment(&type_url), segment(&name));
-        let reply = target.expect_ok(target.call(Method::GET, &path, None).await?)?;
-        let resource = reply.body;
-        let document = Document {
-            resource_type: resource["type"].as_str().unwrap_or(&type_url).to_owned(),
-            name: resource["name"].as_str().unwrap_or(&name).to_owned(),
-            variants: resource["variants"]
-                .as_array()
-                .into_iter()
-                .flatten()
-                .map(|v| Variant {
-                    constraints: v["constraints_text"]
-                        .as_str()
-                        .filter(|t| *t != "*")
-                        .map(str::to_owned),
-                    resource: v["resource"].clone(),
-                })
-                .collect(),
-        };
-        out.push_str("---\n");
-        out.push_str(&serde_norway::to_string(&document)?);
+async fn export(args: &ExportArgs, target: &Target) -> anyhow::Result<()> {
+    let mut path = "/v1/export".to_owned();
+    if let Some(t) = &args.resource_type {
+        path.push_str(&format!("?type={}", segment(t)));
     }
-    Ok(out)
+    match &args.output {
+        Some(file) => {
+            let mut out = BufWriter::new(
+                File::create(file).with_context(|| format!("creating {}", file.display()))?,
+            );
+            target
+                .stream(&path, |piece| Ok(out.write_all(piece)?))
+                .await?;
+            out.flush()?;
+        }
+        None => {
+            target
+                .stream(&path, |piece| {
+                    super::out_bytes(piece);
+                    Ok(())
+                })
+                .await?
+        }
+    }
+    Ok(())
 }

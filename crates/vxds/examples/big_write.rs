@@ -1,0 +1,329 @@
+//! Big writes and export: memory and time of one large changeset and of `vxds export`.
+//!
+//! It generates one changeset of `--clusters` clusters with `--variants` variants each (10,000
+//! × 4 by default, about 13 MB of JSON), starts `vxds serve` (release build) on a fresh Postgres
+//! database and on SQLite, posts the changeset to `/v1/changesets`, waits until the server's
+//! index holds it, and reads the server's peak resident memory (`VmHWM` in /proc). Then it adds
+//! `--endpoints` more resources in a second changeset and times `vxds export` of the whole store,
+//! against the server and with `--database-url`. With `--baseline`, another binary (e.g. a
+//! build of the previous release) is measured the same way in the same run, and the exports of
+//! the two are compared byte for byte.
+//!
+//! ```sh
+//! cargo build --release -p vxds --example big_write --bin vxds
+//! target/release/examples/big_write --baseline PATH/TO/OLD/vxds
+//! ```
+//!
+//! Results are written down in docs/benchmarks.md.
+
+use std::path::{Path, PathBuf};
+use std::time::{Duration, Instant};
+
+use anyhow::{Context, bail};
+use clap::Parser;
+use serde_json::{Value, json};
+use vxds_testkit::serve::ServeProcess;
+use vxds_testkit::{Db, TestDb};
+
+#[derive(Parser)]
+#[command(about = "Peak server memory of one big changeset, and the time of `vxds export`")]
+struct Args {
+    /// The vxds binary (default: `vxds` in the target folder this example was built into).
+    #[arg(long)]
+    vxds: Option<PathBuf>,
+    /// Another vxds binary measured the same way, for a side-by-side comparison.
+    #[arg(long)]
+    baseline: Option<PathBuf>,
+    /// Clusters in the changeset.
+    #[arg(long, default_value_t = 10_000)]
+    clusters: usize,
+    /// Variants per cluster.
+    #[arg(long, default_value_t = 4)]
+    variants: usize,
+    /// Endpoints (one variant each) written after the big changeset, before the export.
+    #[arg(long, default_value_t = 3_000)]
+    endpoints: usize,
+    /// Backends to measure on: postgres, sqlite.
+    #[arg(long, value_delimiter = ',', default_value = "postgres,sqlite")]
+    backends: Vec<String>,
+}
+
+/// One binary on one backend.
+struct Measured {
+    idle_mib: f64,
+    peak_mib: f64,
+    after_mib: f64,
+    /// A fresh server on the same store: what holding it costs, without the write.
+    restarted_mib: f64,
+    commit: Duration,
+    indexed: Duration,
+    export_server: Duration,
+    export_database: Duration,
+    exported_documents: usize,
+    export: Vec<u8>,
+}
+
+fn main() -> anyhow::Result<()> {
+    let args = Args::parse();
+    let _ = rustls::crypto::ring::default_provider().install_default();
+    let vxds = match &args.vxds {
+        Some(path) => path.clone(),
+        None => std::env::current_exe()?
+            .parent()
+            .and_then(Path::parent)
+            .context("locating the target folder")?
+            .join("vxds"),
+    };
+    let mut binaries = vec![("this build", vxds)];
+    if let Some(baseline) = &args.baseline {
+        binaries.insert(0, ("baseline", baseline.clone()));
+    }
+    let changeset = serde_json::to_vec(&big_changeset(args.clusters, args.variants))?;
+    let endpoints = serde_json::to_vec(&endpoints(args.endpoints))?;
+    println!(
+        "changeset: {} clusters x {} variants, {:.1} MB of JSON; then {} endpoints ({:.1} MB)",
+        args.clusters,
+        args.variants,
+        changeset.len() as f64 / 1e6,
+        args.endpoints,
+        endpoints.len() as f64 / 1e6,
+    );
+    let runtime = tokio::runtime::Runtime::new()?;
+    for backend in &args.backends {
+        let db = match backend.as_str() {
+            "postgres" => Db::Postgres,
+            "sqlite" => Db::Sqlite,
+            other => bail!("unknown backend `{other}`"),
+        };
+        let mut results = Vec::new();
+        for (label, binary) in &binaries {
+            let measured = runtime.block_on(measure(binary, db, &changeset, &endpoints))?;
+            results.push((*label, measured));
+        }
+        report(backend, &changeset, &results);
+    }
+    Ok(())
+}
+
+async fn measure(
+    binary: &Path,
+    db: Db,
+    changeset: &[u8],
+    endpoints: &[u8],
+) -> anyhow::Result<Measured> {
+    let database = TestDb::fresh(db).await;
+    let result = measure_on(binary, &database, changeset, endpoints).await;
+    database.remove().await;
+    result
+}
+
+async fn measure_on(
+    binary: &Path,
+    database: &TestDb,
+    changeset: &[u8],
+    endpoints: &[u8],
+) -> anyhow::Result<Measured> {
+    let dir = tempfile::tempdir()?;
+    let server = ServeProcess::start_on(binary, dir.path(), &database.url, "127.0.0.1:0", &[])
+        .with_context(|| format!("starting {}", binary.display()))?;
+    let pid = server.child.id();
+    let client = reqwest::Client::new();
+    let admin = &server.admin_url;
+    // Let start-up settle before reading the idle figure.
+    tokio::time::sleep(Duration::from_millis(500)).await;
+    let idle_mib = memory(pid, "VmRSS:")?;
+
+    let started = Instant::now();
+    let revision = post(&client, admin, changeset).await?;
+    let commit = started.elapsed();
+    wait_indexed(&client, admin, revision).await?;
+    let indexed = started.elapsed();
+    let peak_mib = memory(pid, "VmHWM:")?;
+    let after_mib = memory(pid, "VmRSS:")?;
+
+    let revision = post(&client, admin, endpoints).await?;
+    wait_indexed(&client, admin, revision).await?;
+    let out = dir.path().join("export.yaml");
+    let out_arg = out.display().to_string();
+    let started = Instant::now();
+    run(binary, &["export", "--server", admin, "-o", &out_arg])?;
+    let export_server = started.elapsed();
+    let export = std::fs::read(&out)?;
+    let started = Instant::now();
+    run(
+        binary,
+        &["export", "--database-url", &database.url, "-o", &out_arg],
+    )?;
+    let export_database = started.elapsed();
+    if std::fs::read(&out)? != export {
+        bail!("{}: the two exports differ", binary.display());
+    }
+    let exported_documents = export
+        .split(|b| *b == b'\n')
+        .filter(|line| *line == b"---")
+        .count();
+    drop(server);
+    let server = ServeProcess::start_on(binary, dir.path(), &database.url, "127.0.0.1:0", &[])?;
+    wait_indexed(&client, &server.admin_url, revision).await?;
+    tokio::time::sleep(Duration::from_millis(500)).await;
+    let restarted_mib = memory(server.child.id(), "VmRSS:")?;
+    drop(server);
+    Ok(Measured {
+        idle_mib,
+        peak_mib,
+        after_mib,
+        restarted_mib,
+        commit,
+        indexed,
+        export_server,
+        export_database,
+        exported_documents,
+        export,
+    })
+}
+
+fn report(backend: &str, changeset: &[u8], results: &[(&str, Measured)]) {
+    let body_mib = changeset.len() as f64 / (1 << 20) as f64;
+    println!("\n{backend}:");
+    println!(
+        "| binary | idle RSS | peak RSS (VmHWM) | peak over idle | ÷ body | RSS after | restarted on the store | commit | indexed | export (server) | export (--database-url) | documents |"
+    );
+    println!("|---|---|---|---|---|---|---|---|---|---|---|---|");
+    for (label, m) in results {
+        let over = m.peak_mib - m.idle_mib;
+        println!(
+            "| {label} | {:.0} MiB | {:.0} MiB | {:.0} MiB | {:.1}× | {:.0} MiB | {:.0} MiB | {:.2} s | {:.2} s | {:.2} s | {:.2} s | {} |",
+            m.idle_mib,
+            m.peak_mib,
+            over,
+            over / body_mib,
+            m.after_mib,
+            m.restarted_mib,
+            m.commit.as_secs_f64(),
+            m.indexed.as_secs_f64(),
+            m.export_server.as_secs_f64(),
+            m.export_database.as_secs_f64(),
+            m.exported_documents,
+        );
+    }
+    if let [(_, first), (_, second)] = results {
+        let same = first.export == second.export;
+        println!(
+            "exports of the two binaries: {}",
+            if same { "identical" } else { "DIFFERENT" }
+        );
+    }
+}
+
+/// `clusters` clusters, each with `variants` mutually exclusive variants on `env`.
+fn big_changeset(clusters: usize, variants: usize) -> Value {
+    let defaults: Vec<String> = (0..variants.saturating_sub(1))
+        .map(|v| format!("\"e{v}\""))
+        .collect();
+    let operations: Vec<Value> = (0..clusters)
+        .map(|i| {
+            let name = format!("cluster-{i:05}");
+            let variants: Vec<Value> = (0..variants)
+                .map(|v| {
+                    let constraints = if v + 1 < variants {
+                        format!("env = \"e{v}\"")
+                    } else {
+                        format!("env not in ({})", defaults.join(", "))
+                    };
+                    json!({
+                        "constraints": constraints,
+                        "resource": {
+                            "@type": "type.googleapis.com/envoy.config.cluster.v3.Cluster",
+                            "name": name,
+                            "type": "EDS",
+                            "connect_timeout": format!("{}.250s", v + 1),
+                            "lb_policy": "LEAST_REQUEST",
+                            "eds_cluster_config": {
+                                "eds_config": {"ads": {}, "resource_api_version": "V3"},
+                                "service_name": format!("{name}-e{v}"),
+                            },
+                        },
+                    })
+                })
+                .collect();
+            json!({"op": "put", "type": "cluster", "name": name, "variants": variants})
+        })
+        .collect();
+    json!({"message": "big write", "operations": operations})
+}
+
+/// `count` endpoints, one variant each.
+fn endpoints(count: usize) -> Value {
+    let operations: Vec<Value> = (0..count)
+        .map(|i| {
+            let name = format!("endpoints-{i:05}");
+            json!({"op": "put", "type": "endpoint", "name": name, "variants": [{"resource": {
+                "@type": "type.googleapis.com/envoy.config.endpoint.v3.ClusterLoadAssignment",
+                "cluster_name": name,
+                "endpoints": [{"lb_endpoints": [{"endpoint": {"address": {"socket_address": {
+                    "address": format!("10.0.{}.{}", i / 250, i % 250), "port_value": 8080}}}}]}],
+            }}]})
+        })
+        .collect();
+    json!({"operations": operations})
+}
+
+async fn post(client: &reqwest::Client, admin: &str, body: &[u8]) -> anyhow::Result<u64> {
+    let response = client
+        .post(format!("{admin}/v1/changesets"))
+        .header("content-type", "application/json")
+        .body(body.to_vec())
+        .send()
+        .await?;
+    let status = response.status();
+    let answer: Value = response.json().await?;
+    if !status.is_success() {
+        bail!("the changeset was refused ({status}): {answer}");
+    }
+    answer["revision"]
+        .as_u64()
+        .context("the answer has no revision")
+}
+
+/// Waits until the server's index serves `revision`.
+async fn wait_indexed(client: &reqwest::Client, admin: &str, revision: u64) -> anyhow::Result<()> {
+    let deadline = Instant::now() + Duration::from_secs(120);
+    while Instant::now() < deadline {
+        let ready: Value = client
+            .get(format!("{admin}/readyz"))
+            .send()
+            .await?
+            .json()
+            .await?;
+        if ready["index_revision"].as_u64() >= Some(revision) {
+            return Ok(());
+        }
+        tokio::time::sleep(Duration::from_millis(20)).await;
+    }
+    bail!("the index did not reach revision {revision}")
+}
+
+fn run(binary: &Path, args: &[&str]) -> anyhow::Result<()> {
+    let output = std::process::Command::new(binary).args(args).output()?;
+    if !output.status.success() {
+        bail!(
+            "{} {}: {}",
+            binary.display(),
+            args.join(" "),
+            String::from_utf8_lossy(&output.stderr)
+        );
+    }
+    Ok(())
+}
+
+/// A /proc/PID/status field, in MiB.
+fn memory(pid: u32, field: &str) -> anyhow::Result<f64> {
+    let status = std::fs::read_to_string(format!("/proc/{pid}/status"))?;
+    status
+        .lines()
+        .find(|l| l.starts_with(field))
+        .and_then(|l| l.split_whitespace().nth(1))
+        .and_then(|v| v.parse::<f64>().ok())
+        .map(|kib| kib / 1024.0)
+        .with_context(|| format!("no {field} in /proc/{pid}/status"))
+}
