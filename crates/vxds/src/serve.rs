@@ -184,6 +184,7 @@ impl TlsArgs {
 
 pub async fn run(args: ServeArgs) -> anyhow::Result<ExitCode> {
     let shutdown = shutdown_signal()?;
+    raise_open_file_limit();
     let tokens = match &args.admin_token_file {
         Some(path) => Tokens::load(path)?,
         None => Tokens::none(),
@@ -323,8 +324,7 @@ pub async fn run(args: ServeArgs) -> anyhow::Result<ExitCode> {
     let admin = TcpListener::bind(args.admin_addr)
         .await
         .with_context(|| format!("listening on {}", args.admin_addr))?;
-    let xds_listener = TcpListener::bind(args.xds_addr)
-        .await
+    let xds_listener = listen(args.xds_addr, XDS_BACKLOG)
         .with_context(|| format!("listening on {}", args.xds_addr))?;
     let scheme = |tls: bool| if tls { "https" } else { "http" };
     info!(scheme = scheme(admin_tls.is_some()), addr = %admin.local_addr()?, "admin API listening");
@@ -392,6 +392,31 @@ pub async fn run(args: ServeArgs) -> anyhow::Result<ExitCode> {
     follower.abort();
     store.close().await;
     Ok(ExitCode::SUCCESS)
+}
+
+/// Connections the kernel queues for the xDS listener before it accepts them: a fleet
+/// reconnecting at once (a replica drained, a network blip) arrives in thousands.
+const XDS_BACKLOG: u32 = 4096;
+
+/// A listener on `addr` with `backlog` (tokio's `bind` uses 1024).
+fn listen(addr: SocketAddr, backlog: u32) -> std::io::Result<TcpListener> {
+    let socket = if addr.is_ipv4() {
+        tokio::net::TcpSocket::new_v4()?
+    } else {
+        tokio::net::TcpSocket::new_v6()?
+    };
+    socket.set_reuseaddr(true)?;
+    socket.bind(addr)?;
+    socket.listen(backlog)
+}
+
+/// Raises the soft open-file limit to the hard one: each xDS stream is a socket, and the usual
+/// soft limit (1024) would cap a replica at about a thousand proxies.
+fn raise_open_file_limit() {
+    match rlimit::increase_nofile_limit(u64::MAX) {
+        Ok(limit) => info!(limit, "open-file limit"),
+        Err(e) => tracing::warn!(error = %e, "could not raise the open-file limit"),
+    }
 }
 
 /// The admin API, as `axum::serve` would run it, with a header read timeout (axum sets no
