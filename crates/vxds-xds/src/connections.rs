@@ -48,6 +48,8 @@ pub struct ConnectionConfig {
     pub max_age_grace: Duration,
     /// Closes spread over this long when the server drains; zero closes all at once.
     pub drain_window: Duration,
+    /// How long a connection closed by the drain has for its streams before it is cut.
+    pub drain_grace: Duration,
     /// Concurrent streams one connection may open.
     pub max_concurrent_streams: u32,
 }
@@ -60,6 +62,7 @@ impl Default for ConnectionConfig {
             max_age: None,
             max_age_grace: Duration::from_secs(30),
             drain_window: Duration::ZERO,
+            drain_grace: Duration::from_secs(10),
             // Envoy and gRPC open one ADS stream per connection; per-type services a few.
             max_concurrent_streams: 64,
         }
@@ -113,7 +116,9 @@ where
         let (io, info) = match accepted {
             Some(Ok(accepted)) => accepted,
             Some(Err(e)) => {
-                debug!(error = %e, "an incoming connection failed");
+                // Out of file descriptors and the like: wait a moment rather than spin.
+                tracing::warn!(error = %e, "accepting an xDS connection failed");
+                tokio::time::sleep(Duration::from_millis(50)).await;
                 continue;
             }
             None => break,
@@ -173,7 +178,7 @@ async fn serve_connection<IO>(
     let mut builder = http2::Builder::new(TokioExecutor::new());
     builder
         .timer(TokioTimer::new())
-        .max_concurrent_streams(config.max_concurrent_streams)
+        .max_concurrent_streams(config.max_concurrent_streams.max(1))
         .keep_alive_interval(config.keepalive_interval)
         .keep_alive_timeout(config.keepalive_timeout);
     let connection = builder.serve_connection(TokioIo::new(io), TowerToHyperService::new(service));
@@ -187,7 +192,11 @@ async fn serve_connection<IO>(
     let drain_delay = config.drain_window.mul_f64(spread(n));
     let reason = tokio::select! {
         result = connection.as_mut() => {
-            let reason = if result.is_ok() { "client" } else { "error" };
+            let reason = match &result {
+                Ok(()) => "client",
+                Err(e) if e.is_timeout() => "keepalive",
+                Err(_) => "error",
+            };
             metrics.connections_closed.get_or_create(&ClosedLabels { reason }).inc();
             if let Err(e) = result {
                 debug!(error = %e, "an xDS connection ended with an error (a keepalive timeout, or a reset)");
@@ -213,7 +222,10 @@ async fn serve_connection<IO>(
         .connections_closed
         .get_or_create(&ClosedLabels { reason })
         .inc();
-    let grace = config.max_age_grace;
+    let grace = match reason {
+        "drain" => config.drain_grace,
+        _ => config.max_age_grace,
+    };
     if tokio::time::timeout(grace, connection.as_mut())
         .await
         .is_err()

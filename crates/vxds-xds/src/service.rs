@@ -327,6 +327,47 @@ async fn until_closing(connection: &mut Option<ConnectionClosing>) -> &'static s
     }
 }
 
+/// What the request loop needs to know of a request before the machine reads it.
+trait XdsRequest {
+    /// The nonce of the response it answers; empty for none.
+    fn response_nonce(&self) -> &str;
+}
+
+impl XdsRequest for DiscoveryRequest {
+    fn response_nonce(&self) -> &str {
+        &self.response_nonce
+    }
+}
+
+impl XdsRequest for DeltaDiscoveryRequest {
+    fn response_nonce(&self) -> &str {
+        &self.response_nonce
+    }
+}
+
+/// Whether `request` answers a response the client still owes an answer to (and so is free);
+/// counts the answer.
+fn answers_response(request: &impl XdsRequest, answers_owed: &mut u64) -> bool {
+    if request.response_nonce().is_empty() || *answers_owed == 0 {
+        return false;
+    }
+    *answers_owed -= 1;
+    true
+}
+
+/// Ends the stream with `UNAVAILABLE` (clients reconnect, to another replica if there is one),
+/// waiting a moment for room in the queue: a client that does not read gets no say in how
+/// long closing takes.
+async fn end_unavailable<T>(out: &mpsc::Sender<Queued<T>>, reason: &'static str) {
+    let message = match reason {
+        "drain" => "vxds is shutting down; reconnect",
+        "max_age" => "the connection reached its maximum age; reconnect",
+        _ => "the connection is closing; reconnect",
+    };
+    let status = Box::new(Err(Status::unavailable(message)));
+    let _ = tokio::time::timeout(Duration::from_secs(1), out.send(status)).await;
+}
+
 /// A stream's request allowance: a token bucket, `burst` deep, refilled at `per_second`.
 struct RequestBudget {
     tokens: f64,
@@ -378,7 +419,7 @@ async fn run_stream<Req, Resp>(
     handle: fn(&mut StreamMachine, Req) -> Result<RequestOutcome, Status>,
     unwrap: fn(Response) -> Option<Resp>,
 ) where
-    Req: Send + 'static,
+    Req: XdsRequest + Send + 'static,
     Resp: Send + 'static,
 {
     let Opening {
@@ -410,12 +451,16 @@ async fn run_stream<Req, Resp>(
     );
     let mut connection = admitted.connection;
     let mut budget = RequestBudget::new(shared.request_rate);
+    // Responses sent and not yet answered: a request answering one is what the protocol asks
+    // of the client, and costs it nothing; everything else is charged to its budget.
+    let mut answers_owed: u64 = 0;
 
     loop {
         let responses = tokio::select! {
             message = requests.message() => match message {
-                Ok(Some(_)) if !budget.take() => {
+                Ok(Some(request)) if !answers_response(&request, &mut answers_owed) && !budget.take() => {
                     // A client in a tight loop: it gets no more of a core than its share.
+                    drop(request);
                     shared.metrics.rate_limited.inc();
                     let limit = shared.request_rate;
                     warn!(stream = id, node = ?machine.node().map(|n| n.id.clone()), "a client exceeded the request rate; closing its stream");
@@ -474,14 +519,7 @@ async fn run_stream<Req, Resp>(
             }
             () = out.closed() => break,
             reason = until_closing(&mut connection) => {
-                // Clients reconnect on UNAVAILABLE, to another replica if there is one. A
-                // client that does not read gets no say in how long closing takes.
-                let message = match reason {
-                    "drain" => "vxds is shutting down; reconnect",
-                    "max_age" => "the connection reached its maximum age; reconnect",
-                    _ => "the connection is closing; reconnect",
-                };
-                let _ = out.try_send(Box::new(Err(Status::unavailable(message))));
+                end_unavailable(&out, reason).await;
                 break;
             }
         };
@@ -491,16 +529,18 @@ async fn run_stream<Req, Resp>(
                 continue;
             };
             let sent = tokio::select! {
+                biased;
+                reason = until_closing(&mut connection) => {
+                    end_unavailable(&out, reason).await;
+                    return;
+                }
                 sent = out.send(Box::new(Ok(response))) => sent.is_ok(),
-                _ = until_closing(&mut connection) => false,
             };
             if !sent {
-                debug!(
-                    stream = id,
-                    "the client left mid-push, or the server is closing"
-                );
+                debug!(stream = id, "the client left mid-push");
                 return;
             }
+            answers_owed += 1;
             shared
                 .metrics
                 .responses

@@ -297,6 +297,7 @@ pub async fn run(args: ServeArgs) -> anyhow::Result<ExitCode> {
             max_age: args.xds_max_connection_age,
             max_age_grace: args.xds_max_connection_age_grace,
             drain_window: args.drain_timeout,
+            drain_grace: args.shutdown_deadline,
             ..Default::default()
         },
         request_rate: vxds_xds::RequestRate {
