@@ -548,6 +548,37 @@ impl StreamMachine {
         responses
     }
 
+    /// The shortest TTL among the resources the client holds: its heartbeats are due at a
+    /// fraction of it. `None` when it holds no TTL'd resource: no heartbeat ever wakes it.
+    pub fn shortest_ttl(&self) -> Option<std::time::Duration> {
+        self.types.values().filter_map(|t| t.shortest_ttl()).min()
+    }
+
+    /// Heartbeats, one response per type whose client holds TTL'd resources: they renew
+    /// the TTLs and change nothing the client has. From the stream's own state, not the
+    /// snapshot; `revision` is the Delta `system_version_info`.
+    pub fn heartbeat(&mut self, revision: u64) -> Vec<Response> {
+        let system_version = revision.to_string();
+        let mut responses = Vec::new();
+        for ty in self.types.values_mut() {
+            let seq = self.nonce + 1;
+            let response = match self.protocol {
+                Protocol::Sotw => ty.sotw_heartbeat(seq, self.wrap_all).map(Response::Sotw),
+                Protocol::Delta => ty
+                    .delta_heartbeat(seq, &system_version)
+                    .map(Response::Delta),
+            };
+            if let Some(response) = response {
+                self.nonce = seq;
+                responses.push(response);
+            }
+        }
+        for response in &responses {
+            self.record_sent(response);
+        }
+        responses
+    }
+
     /// Every response with a smaller sequence number is accepted by the client.
     fn settled_before(&self) -> u64 {
         self.types

@@ -35,6 +35,8 @@ struct Variant {
     #[serde(skip_serializing_if = "Option::is_none")]
     constraints: Option<String>,
     resource: Value,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    ttl: Option<String>,
 }
 
 pub async fn run(args: ExportArgs) -> anyhow::Result<ExitCode> {
@@ -68,6 +70,7 @@ async fn export(args: &ExportArgs, target: &Target) -> anyhow::Result<String> {
                         .filter(|t| *t != "*")
                         .map(str::to_owned),
                     resource: v["resource"].clone(),
+                    ttl: v["ttl"].as_str().map(str::to_owned),
                 })
                 .collect(),
         };
