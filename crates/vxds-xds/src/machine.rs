@@ -55,7 +55,12 @@ pub struct MachineConfig {
     pub max_subscriptions: usize,
     /// Resource types one stream may subscribe to.
     pub max_types: usize,
+    /// Heartbeats go out at this fraction of the shortest TTL a stream holds.
+    pub heartbeat_fraction: f64,
 }
+
+/// The default heartbeat fraction: two heartbeats per TTL, so one may be lost or late.
+pub const DEFAULT_HEARTBEAT_FRACTION: f64 = 0.5;
 
 impl Default for MachineConfig {
     fn default() -> Self {
@@ -63,6 +68,7 @@ impl Default for MachineConfig {
             node_metadata_params: Vec::new(),
             max_subscriptions: 100_000,
             max_types: 64,
+            heartbeat_fraction: DEFAULT_HEARTBEAT_FRACTION,
         }
     }
 }

@@ -410,6 +410,8 @@ async fn run_stream<Req, Resp>(
     );
     let mut connection = admitted.connection;
     let mut budget = RequestBudget::new(shared.request_rate);
+    // The shortest TTL the client holds, as the heartbeat task last heard it.
+    let mut ttl_registered = None;
 
     loop {
         let responses = tokio::select! {
@@ -472,6 +474,9 @@ async fn run_stream<Req, Resp>(
                 }
                 responses
             }
+            () = registration.heartbeat.notified() => {
+                machine.heartbeat(shared.registry.snapshot().revision)
+            }
             () = out.closed() => break,
             reason = until_closing(&mut connection) => {
                 // Clients reconnect on UNAVAILABLE, to another replica if there is one. A
@@ -506,6 +511,15 @@ async fn run_stream<Req, Resp>(
                 .responses
                 .get_or_create(&TypeLabels { type_url })
                 .inc();
+        }
+        let ttl = machine.shortest_ttl();
+        if ttl != ttl_registered {
+            ttl_registered = ttl;
+            let every = ttl.map(|t| t.mul_f64(shared.machine.heartbeat_fraction));
+            shared
+                .registry
+                .heartbeats
+                .set(id, every, &registration.heartbeat);
         }
     }
     debug!(stream = id, "stream closed");
