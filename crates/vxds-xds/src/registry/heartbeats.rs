@@ -106,10 +106,11 @@ mod tests {
         let beats = Heartbeats::default();
         let fast = Arc::new(Notify::new());
         let slow = Arc::new(Notify::new());
-        let start = Instant::now();
         beats.set(1, Some(Duration::from_secs(1)), &fast);
         beats.set(2, Some(Duration::from_secs(3)), &slow);
         beats.set(3, None, &slow);
+        // After the sets: each is due one period after it was set.
+        let start = Instant::now();
         assert_eq!(beats.len(), 2);
         assert_eq!(beats.tick(start), 0);
         assert_eq!(beats.tick(start + Duration::from_secs(1)), 1);
