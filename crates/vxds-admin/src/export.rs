@@ -51,6 +51,8 @@ struct Variant {
     #[serde(skip_serializing_if = "Option::is_none")]
     constraints: Option<String>,
     resource: Value,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    ttl: Option<String>,
 }
 
 /// Export every resource (or those of one type) with its variants, as YAML fixture documents.
@@ -138,6 +140,7 @@ fn document(resource: &StoredResource) -> Result<String, String> {
             Ok(Variant {
                 constraints: (text != "*").then_some(text),
                 resource: ResourceBody::json_of_any(&v.body, &ty).map_err(|e| e.message)?,
+                ttl: v.ttl.map(|t| humantime::format_duration(t).to_string()),
             })
         })
         .collect::<Result<Vec<_>, String>>()?;

@@ -55,6 +55,10 @@ pub struct VariantRepr {
     /// The body: proto3 JSON with `@type`.
     #[schema(value_type = Object)]
     pub resource: Value,
+    /// How long a client keeps the variant without an update or a heartbeat (humantime,
+    /// `30s`); absent: forever.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub ttl: Option<String>,
 }
 
 pub fn resource_type(type_url: &str) -> Result<ResourceType, ApiError> {
@@ -74,6 +78,9 @@ pub fn variant_repr(variant: &StoredVariant, ty: &ResourceType) -> Result<Varian
         created_at: timestamp(variant.created_at_ms),
         updated_at: timestamp(variant.updated_at_ms),
         resource: body.to_json(ty),
+        ttl: variant
+            .ttl
+            .map(|t| humantime::format_duration(t).to_string()),
     })
 }
 

@@ -22,9 +22,11 @@ use crate::rules::{self, GraphProblem};
 
 mod precondition;
 mod raw;
+mod ttl;
 
 pub use precondition::{ANY_VERSION, ExpectedVersion, Precondition};
 pub use raw::RawJson;
+pub use ttl::{MAX_TTL, MIN_TTL};
 
 /// A write of any number of operations, applied all or nothing as one revision.
 #[derive(Clone, Debug, Default, PartialEq, Serialize, Deserialize)]
@@ -151,6 +153,11 @@ pub struct VariantRequest {
     // Kept as text until it is validated: see `RawJson`.
     #[cfg_attr(feature = "openapi", schema(value_type = Object))]
     pub resource: RawJson,
+    /// How long a client keeps this variant without an update or a heartbeat (`30s`,
+    /// humantime, 1s to 24h). Absent: forever.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    #[cfg_attr(feature = "openapi", schema(example = "30s"))]
+    pub ttl: Option<String>,
 }
 
 /// The OpenAPI schema of an operation, written by hand: each kind is one closed object that
@@ -375,8 +382,10 @@ pub struct ValidatedVariant {
     /// message and its canonical JSON are dropped once validated, so that a large changeset
     /// does not hold them all until it commits.
     pub body: Vec<u8>,
-    /// Hash of the type, the canonical constraints and the canonical body.
+    /// Hash of the type, the canonical constraints, the canonical body and the TTL.
     pub version: String,
+    /// How long a client keeps the variant without an update or a heartbeat.
+    pub ttl: Option<std::time::Duration>,
 }
 
 /// The request was refused; every problem is listed.
@@ -752,7 +761,15 @@ impl Validator<'_> {
                 j,
                 &at.push("resource"),
             );
-            parsed.push((constraints, body));
+            let ttl = variant.ttl.as_deref().and_then(|text| {
+                ttl::parse(text)
+                    .map_err(|message| {
+                        let problem = Problem::new(at.push("ttl"), "invalid_ttl", message);
+                        self.error(problem.at(i, Some(j)));
+                    })
+                    .ok()
+            });
+            parsed.push((constraints, (body, ttl)));
         }
         // The set rules need every variant's constraints.
         let canonical: Option<Vec<CanonicalConstraints>> = parsed
@@ -772,25 +789,32 @@ impl Validator<'_> {
         let canonical = canonical?;
         let mut variants = Vec::with_capacity(parsed.len());
         let mut children: Option<BTreeSet<String>> = None;
-        for (constraints, (_, body)) in canonical.into_iter().zip(parsed) {
+        for (constraints, (_, (body, ttl))) in canonical.into_iter().zip(parsed) {
             let (body, aggregate) = body?;
             if ty.message_name() == CLUSTER {
                 children
                     .get_or_insert_default()
                     .extend(aggregate.into_iter().flatten());
             }
-            let version = content_hash(
-                "vxds.variant.v1",
-                &[
-                    ty.type_url().as_bytes(),
-                    constraints.to_string().as_bytes(),
-                    body.canonical_json.as_bytes(),
-                ],
-            );
+            let constraints_text = constraints.to_string();
+            let mut parts: Vec<&[u8]> = vec![
+                ty.type_url().as_bytes(),
+                constraints_text.as_bytes(),
+                body.canonical_json.as_bytes(),
+            ];
+            // A TTL is part of what the client is sent, so a new TTL is a new version; a
+            // variant without one keeps the version it always had.
+            let ttl_ms = ttl.map(|t| t.as_millis().to_string());
+            if let Some(ttl_ms) = &ttl_ms {
+                parts.push(b"ttl");
+                parts.push(ttl_ms.as_bytes());
+            }
+            let version = content_hash("vxds.variant.v1", &parts);
             variants.push(ValidatedVariant {
                 constraints,
                 body: body.any_bytes,
                 version,
+                ttl,
             });
         }
         let mut parts: Vec<&[u8]> = vec![ty.type_url().as_bytes(), name.as_bytes()];
@@ -1003,6 +1027,7 @@ mod tests {
                 .map(|(constraints, resource)| VariantRequest {
                     constraints,
                     resource: resource.into(),
+                    ttl: None,
                 })
                 .collect(),
         })
@@ -1080,6 +1105,37 @@ mod tests {
         )])
         .unwrap();
         assert_ne!(version(&a), version(&c));
+    }
+
+    #[test]
+    fn ttl_is_validated_and_versioned() {
+        let with_ttl = |ttl: &str| {
+            let mut op = put("route", "r", vec![(json!(null), route("r"))]);
+            if let OperationRequest::Put(put) = &mut op {
+                put.variants[0].ttl = Some(ttl.into());
+            }
+            op
+        };
+        let variant = |v: &Validated| match &v.changeset.operations[0].action {
+            Action::Put(r) => r.variants[0].clone(),
+            Action::Delete => unreachable!(),
+        };
+        let plain =
+            variant(&run(vec![put("route", "r", vec![(json!(null), route("r"))])]).unwrap());
+        let thirty = variant(&run(vec![with_ttl("30s")]).unwrap());
+        assert_eq!(plain.ttl, None);
+        assert_eq!(thirty.ttl, Some(std::time::Duration::from_secs(30)));
+        assert_ne!(plain.version, thirty.version);
+        assert_ne!(
+            thirty.version,
+            variant(&run(vec![with_ttl("31s")]).unwrap()).version
+        );
+        let errors = run(vec![with_ttl("0s")]).unwrap_err().errors;
+        assert_eq!(errors[0].code, "invalid_ttl");
+        assert_eq!(
+            errors[0].pointer.to_string(),
+            "/operations/0/variants/0/ttl"
+        );
     }
 
     #[test]

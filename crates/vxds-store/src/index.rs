@@ -46,6 +46,8 @@ pub struct IndexedVariant {
     /// Content hash: the per-resource version clients see. Shared, like the body, by every
     /// stream that holds the variant.
     pub version: Arc<str>,
+    /// The TTL clients are sent with it (`Resource.ttl`), kept alive by heartbeats.
+    pub ttl: Option<std::time::Duration>,
 }
 
 /// A resource: its variants and the matcher that picks one for a subscriber.
@@ -86,6 +88,7 @@ impl IndexedResource {
                     constraints: v.constraints,
                     body: Bytes::from(v.body),
                     version: Arc::from(v.version),
+                    ttl: v.ttl,
                 }
             })
             .collect();

@@ -28,6 +28,8 @@ pub struct StoredVariant {
     pub version: String,
     pub created_at_ms: i64,
     pub updated_at_ms: i64,
+    /// How long a client keeps it without an update or a heartbeat; `None`: forever.
+    pub ttl: Option<std::time::Duration>,
 }
 
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Serialize)]
@@ -150,6 +152,7 @@ impl StoredResource {
                     version: v.version.clone(),
                     created_at_ms: now_ms,
                     updated_at_ms: now_ms,
+                    ttl: v.ttl,
                 })
                 .collect(),
         }

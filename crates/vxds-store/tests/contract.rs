@@ -50,6 +50,7 @@ on_both_backends!(
     concurrent_start_ups_migrate_once,
     an_unmigrated_store_says_so,
     versions_are_content_hashes_the_same_everywhere,
+    a_variant_ttl_is_stored_and_indexed,
 );
 
 fn route(name: &str, header: &str) -> Value {
@@ -112,6 +113,27 @@ async fn an_empty_store_is_at_revision_zero(db: TestDb) {
     assert!(store.get(&key(ROUTE, "r")).await.unwrap().is_none());
     assert!(store.revisions(0, 10).await.unwrap().is_empty());
     store.ping().await.unwrap();
+}
+
+async fn a_variant_ttl_is_stored_and_indexed(db: TestDb) {
+    let store = db.store().await;
+    let request = changeset(
+        json!({"operations": [{"op": "put", "type": "route", "name": "r",
+        "variants": [
+            {"constraints": r#"env = "prod""#, "resource": route("r", "prod"), "ttl": "2s"},
+            {"constraints": r#"env != "prod""#, "resource": route("r", "other")}
+        ]}]}),
+    );
+    store.apply(request, None).await.unwrap();
+    let stored = store.get(&key(ROUTE, "r")).await.unwrap().unwrap();
+    let ttls: Vec<_> = stored.variants.iter().map(|v| v.ttl).collect();
+    assert_eq!(ttls, [Some(std::time::Duration::from_secs(2)), None]);
+    let (index, writer) = index::start(store.clone()).await.unwrap();
+    let snapshot = index.snapshot();
+    let resource = snapshot.get(ROUTE, "r").unwrap();
+    let ttls: Vec<_> = resource.variants.iter().map(|v| v.ttl).collect();
+    assert_eq!(ttls, [Some(std::time::Duration::from_secs(2)), None]);
+    writer.abort();
 }
 
 async fn a_put_reads_back_the_same_json(db: TestDb) {

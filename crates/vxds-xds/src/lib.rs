@@ -34,7 +34,7 @@ use vxds_store::Index;
 
 pub use connections::{ConnectionClosing, ConnectionConfig};
 pub use identity::{PeerIdentity, PeerInfo};
-pub use machine::MachineConfig;
+pub use machine::{DEFAULT_HEARTBEAT_FRACTION, MachineConfig};
 pub use metrics::XdsMetrics;
 pub use registry::Registry;
 use service::{Shared, Spec, XdsGrpc};
@@ -115,12 +115,14 @@ impl Default for RequestRate {
 pub struct XdsServer {
     shared: Arc<Shared>,
     dispatcher: JoinHandle<()>,
+    heartbeats: JoinHandle<()>,
     connections: ConnectionConfig,
 }
 
 impl Drop for XdsServer {
     fn drop(&mut self) {
         self.dispatcher.abort();
+        self.heartbeats.abort();
     }
 }
 
@@ -129,6 +131,7 @@ impl XdsServer {
     pub fn new(index: Index, config: XdsConfig, metrics: Arc<XdsMetrics>) -> Self {
         let registry = Arc::new(Registry::new(index.snapshot()));
         let dispatcher = tokio::spawn(registry::dispatch_changes(index.clone(), registry.clone()));
+        let heartbeats = tokio::spawn(registry::heartbeats::run(registry.clone()));
         let shared = Arc::new(Shared {
             registry,
             machine: Arc::new(config.machine),
@@ -143,6 +146,7 @@ impl XdsServer {
         Self {
             shared,
             dispatcher,
+            heartbeats,
             connections: config.connections,
         }
     }

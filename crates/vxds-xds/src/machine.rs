@@ -55,7 +55,12 @@ pub struct MachineConfig {
     pub max_subscriptions: usize,
     /// Resource types one stream may subscribe to.
     pub max_types: usize,
+    /// Heartbeats go out at this fraction of the shortest TTL a stream holds.
+    pub heartbeat_fraction: f64,
 }
+
+/// The default heartbeat fraction: two heartbeats per TTL, so one may be lost or late.
+pub const DEFAULT_HEARTBEAT_FRACTION: f64 = 0.5;
 
 impl Default for MachineConfig {
     fn default() -> Self {
@@ -63,6 +68,7 @@ impl Default for MachineConfig {
             node_metadata_params: Vec::new(),
             max_subscriptions: 100_000,
             max_types: 64,
+            heartbeat_fraction: DEFAULT_HEARTBEAT_FRACTION,
         }
     }
 }
@@ -535,6 +541,37 @@ impl StreamMachine {
                     .map(Response::Sotw),
                 Protocol::Delta => ty
                     .delta_break(seq, &system_version, settled_before)
+                    .map(Response::Delta),
+            };
+            if let Some(response) = response {
+                self.nonce = seq;
+                responses.push(response);
+            }
+        }
+        for response in &responses {
+            self.record_sent(response);
+        }
+        responses
+    }
+
+    /// The shortest TTL among the resources the client holds: its heartbeats are due at a
+    /// fraction of it. `None` when it holds no TTL'd resource: no heartbeat ever wakes it.
+    pub fn shortest_ttl(&self) -> Option<std::time::Duration> {
+        self.types.values().filter_map(|t| t.shortest_ttl()).min()
+    }
+
+    /// Heartbeats, one response per type whose client holds TTL'd resources: they renew
+    /// the TTLs and change nothing the client has. From the stream's own state, not the
+    /// snapshot; `revision` is the Delta `system_version_info`.
+    pub fn heartbeat(&mut self, revision: u64) -> Vec<Response> {
+        let system_version = revision.to_string();
+        let mut responses = Vec::new();
+        for ty in self.types.values_mut() {
+            let seq = self.nonce + 1;
+            let response = match self.protocol {
+                Protocol::Sotw => ty.sotw_heartbeat(seq, self.wrap_all).map(Response::Sotw),
+                Protocol::Delta => ty
+                    .delta_heartbeat(seq, &system_version)
                     .map(Response::Delta),
             };
             if let Some(response) = response {

@@ -16,6 +16,8 @@
 //! connect and leave during a big push; a stream whose interest changes mid-dispatch is marked
 //! with the whole revision being dispatched.
 
+pub mod heartbeats;
+
 use std::collections::{BTreeMap, BTreeSet, HashMap, HashSet};
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::{Arc, Mutex};
@@ -183,6 +185,8 @@ pub struct Registry {
     next_id: AtomicU64,
     /// The latest snapshot whose changes every stream has been told of.
     published: watch::Sender<Arc<Snapshot>>,
+    /// The streams that hold TTL'd resources, for the one heartbeat task.
+    pub heartbeats: heartbeats::Heartbeats,
 }
 
 /// A stream's place in the registry; dropping it (the stream ended) removes the stream.
@@ -190,6 +194,8 @@ pub struct Registry {
 pub struct Registration {
     pub id: u64,
     pub inbox: Arc<Inbox>,
+    /// Notified when the stream's heartbeat is due.
+    pub heartbeat: Arc<Notify>,
     registry: Arc<Registry>,
 }
 
@@ -200,6 +206,7 @@ impl Drop for Registration {
         {
             indexes.unindex(self.id, &entry.interest);
         }
+        self.registry.heartbeats.remove(self.id);
     }
 }
 
@@ -210,6 +217,7 @@ impl Registry {
             indexes: Mutex::default(),
             next_id: AtomicU64::new(0),
             published: watch::channel(snapshot).0,
+            heartbeats: heartbeats::Heartbeats::default(),
         }
     }
 
@@ -232,6 +240,7 @@ impl Registry {
         Registration {
             id,
             inbox,
+            heartbeat: Arc::new(Notify::new()),
             registry: self.clone(),
         }
     }

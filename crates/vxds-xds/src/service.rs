@@ -454,6 +454,8 @@ async fn run_stream<Req, Resp>(
     // Responses sent and not yet answered: a request answering one is what the protocol asks
     // of the client, and costs it nothing; everything else is charged to its budget.
     let mut answers_owed: u64 = 0;
+    // The shortest TTL the client holds, as the heartbeat task last heard it.
+    let mut ttl_registered = None;
 
     loop {
         let responses = tokio::select! {
@@ -517,6 +519,9 @@ async fn run_stream<Req, Resp>(
                 }
                 responses
             }
+            () = registration.heartbeat.notified() => {
+                machine.heartbeat(shared.registry.snapshot().revision)
+            }
             () = out.closed() => break,
             reason = until_closing(&mut connection) => {
                 end_unavailable(&out, reason).await;
@@ -546,6 +551,15 @@ async fn run_stream<Req, Resp>(
                 .responses
                 .get_or_create(&TypeLabels { type_url })
                 .inc();
+        }
+        let ttl = machine.shortest_ttl();
+        if ttl != ttl_registered {
+            ttl_registered = ttl;
+            let every = ttl.map(|t| t.mul_f64(shared.machine.heartbeat_fraction));
+            shared
+                .registry
+                .heartbeats
+                .set(id, every, &registration.heartbeat);
         }
     }
     debug!(stream = id, "stream closed");

@@ -61,8 +61,39 @@ pub struct Wrapped {
     pub name: Arc<str>,
     pub naming: Naming,
     pub version: Arc<str>,
-    /// The body: an encoded `google.protobuf.Any`.
-    pub body: Bytes,
+    /// The body: an encoded `google.protobuf.Any`; `None` in a heartbeat, which only renews
+    /// the TTL of what the client holds at `version`.
+    pub body: Option<Bytes>,
+    /// `Resource.ttl`: the client drops the resource when it runs out without an update or
+    /// a heartbeat.
+    pub ttl: Option<std::time::Duration>,
+}
+
+/// `google.protobuf.Duration { seconds = 1, nanos = 2 }`, as `Resource.ttl` (field 6).
+fn duration_len(d: std::time::Duration) -> usize {
+    let seconds = d.as_secs();
+    let nanos = u64::from(d.subsec_nanos());
+    (if seconds == 0 {
+        0
+    } else {
+        key_len(1) + encoded_len_varint(seconds)
+    }) + (if nanos == 0 {
+        0
+    } else {
+        key_len(2) + encoded_len_varint(nanos)
+    })
+}
+
+fn put_duration(tag: u32, d: std::time::Duration, buf: &mut impl BufMut) {
+    put_delimited_header(tag, duration_len(d), buf);
+    if d.as_secs() != 0 {
+        encode_key(1, WireType::Varint, buf);
+        encode_varint(d.as_secs(), buf);
+    }
+    if d.subsec_nanos() != 0 {
+        encode_key(2, WireType::Varint, buf);
+        encode_varint(u64::from(d.subsec_nanos()), buf);
+    }
 }
 
 impl Wrapped {
@@ -78,12 +109,20 @@ impl Wrapped {
             Naming::Legacy => string_len(3, &self.name),
             Naming::Constrained(c) => delimited_len(8, self.resource_name_len(c)),
         };
-        string_len(1, &self.version) + delimited_len(2, self.body.len()) + naming
+        string_len(1, &self.version)
+            + self.body.as_ref().map_or(0, |b| delimited_len(2, b.len()))
+            + naming
+            + self.ttl.map_or(0, |t| delimited_len(6, duration_len(t)))
     }
 
     fn encode(&self, buf: &mut impl BufMut) {
         put_string(1, &self.version, buf);
-        put_bytes(2, &self.body, buf);
+        if let Some(body) = &self.body {
+            put_bytes(2, body, buf);
+        }
+        if let Some(ttl) = self.ttl {
+            put_duration(6, ttl, buf);
+        }
         match &self.naming {
             Naming::Legacy => put_string(3, &self.name, buf),
             Naming::Constrained(constraints) => {
@@ -307,13 +346,15 @@ mod tests {
                     name: "b".into(),
                     naming: Naming::Legacy,
                     version: "vb".into(),
-                    body: body("b"),
+                    body: Some(body("b")),
+                    ttl: Some(std::time::Duration::from_millis(2500)),
                 }),
                 SotwEntry::Wrapped(Wrapped {
                     name: "c".into(),
                     naming: Naming::Constrained(Some(c)),
                     version: "vc".into(),
-                    body: body("c"),
+                    body: Some(body("c")),
+                    ttl: None,
                 }),
             ],
         };
@@ -332,6 +373,8 @@ mod tests {
         let b = Resource::decode(decoded.resources[1].value.as_slice()).unwrap();
         assert_eq!((b.name.as_str(), b.version.as_str()), ("b", "vb"));
         assert_eq!(b.resource.unwrap().encode_to_vec(), body("b").to_vec());
+        let ttl = b.ttl.unwrap();
+        assert_eq!((ttl.seconds, ttl.nanos), (2, 500_000_000));
         let c = Resource::decode(decoded.resources[2].value.as_slice()).unwrap();
         let name = c.resource_name.unwrap();
         assert_eq!(name.name, "c");
@@ -345,12 +388,23 @@ mod tests {
             system_version_info: "12".into(),
             type_url: "t".into(),
             nonce: "n".into(),
-            resources: vec![Wrapped {
-                name: "r".into(),
-                naming: Naming::Constrained(None),
-                version: "v".into(),
-                body: body("r"),
-            }],
+            resources: vec![
+                Wrapped {
+                    name: "r".into(),
+                    naming: Naming::Constrained(None),
+                    version: "v".into(),
+                    body: Some(body("r")),
+                    ttl: None,
+                },
+                // A heartbeat: no body, a TTL.
+                Wrapped {
+                    name: "h".into(),
+                    naming: Naming::Legacy,
+                    version: "vh".into(),
+                    body: None,
+                    ttl: Some(std::time::Duration::from_secs(30)),
+                },
+            ],
             removed_resources: vec!["gone".into(), String::new()],
             removed_resource_names: vec![
                 RemovedName {
@@ -389,5 +443,9 @@ mod tests {
             None
         );
         assert_eq!(r.version, "v");
+        let h = &decoded.resources[1];
+        assert_eq!((h.name.as_str(), h.version.as_str()), ("h", "vh"));
+        assert!(h.resource.is_none());
+        assert_eq!(h.ttl.unwrap().seconds, 30);
     }
 }

@@ -246,7 +246,60 @@ on_both_backends!(
     csds_and_the_registry_show_acks_and_nacks,
     oversized_requests_fail_clearly,
     shutdown_ends_streams_with_unavailable,
+    heartbeats_renew_ttls_only_where_there_are_ttls,
 );
+
+/// Over real gRPC: a TTL'd resource arrives with its TTL, heartbeats follow at half the TTL
+/// (name, version, ttl, no body), and a stream that holds nothing with a TTL hears nothing.
+async fn heartbeats_renew_ttls_only_where_there_are_ttls(db: TestDb) {
+    let server = Server::start(&db, XdsConfig::default()).await;
+    server
+        .apply(json!([
+            {"op": "put", "type": "route", "name": "web", "variants": [
+                {"resource": route("web", "timed"), "ttl": "1s"}
+            ]},
+            put_route("plain", &[("*", "plain")]),
+        ]))
+        .await;
+    let subscribe = |names: &[&str]| DeltaDiscoveryRequest {
+        type_url: ROUTE.into(),
+        node: Some(node("proxy-ttl", &[])),
+        resource_names_subscribe: names.iter().map(|n| (*n).into()).collect(),
+        ..Default::default()
+    };
+    let mut timed = DeltaStream::open(&server, subscribe(&["web"])).await;
+    let first = timed.next().await;
+    let web = &first.resources[0];
+    assert_eq!(web.ttl.unwrap().seconds, 1);
+    assert!(web.resource.is_some());
+    timed.ack(&first).await;
+    let mut plain = DeltaStream::open(&server, subscribe(&["plain"])).await;
+    let first_plain = plain.next().await;
+    assert_eq!(first_plain.resources[0].ttl, None);
+    plain.ack(&first_plain).await;
+    let mut last = tokio::time::Instant::now();
+    for _ in 0..3 {
+        let beat = timed.next().await;
+        // Half the TTL, give or take the heartbeat task's tick.
+        let gap = last.elapsed();
+        last = tokio::time::Instant::now();
+        assert!(gap < Duration::from_millis(900), "{gap:?}");
+        let h = &beat.resources[0];
+        assert_eq!(
+            (h.name.as_str(), h.version.as_str()),
+            ("web", web.version.as_str())
+        );
+        assert!(h.resource.is_none());
+        assert_eq!(h.ttl.unwrap().seconds, 1);
+        timed.ack(&beat).await;
+    }
+    assert!(
+        tokio::time::timeout(Duration::from_millis(300), plain.responses.message())
+            .await
+            .is_err(),
+        "no heartbeat for a stream without TTL'd resources"
+    );
+}
 
 async fn sotw_locators_get_their_variant_and_updates_follow(db: TestDb) {
     let server = Server::start(&db, XdsConfig::default()).await;

@@ -85,6 +85,10 @@ pub struct ServeArgs {
     /// Largest xDS request, in bytes (room for the default subscription limit).
     #[arg(long, env = "VXDS_XDS_MAX_REQUEST_BYTES", default_value_t = 16 << 20)]
     pub xds_max_request_bytes: usize,
+    /// Heartbeats for TTL'd resources go out at this fraction of the shortest TTL a stream
+    /// holds (0.1 to 0.75): 0.5 sends two per TTL, so one can be lost or late.
+    #[arg(long, env = "VXDS_XDS_HEARTBEAT_FRACTION", default_value_t = vxds_xds::DEFAULT_HEARTBEAT_FRACTION, value_parser = parse_heartbeat_fraction)]
+    pub xds_heartbeat_fraction: f64,
     /// Serve CSDS on the xDS port (what each client holds; secret bodies are never returned).
     #[arg(long, env = "VXDS_XDS_CSDS", default_value_t = true, action = clap::ArgAction::Set)]
     pub xds_csds: bool,
@@ -285,6 +289,7 @@ pub async fn run(args: ServeArgs) -> anyhow::Result<ExitCode> {
         machine: vxds_xds::MachineConfig {
             node_metadata_params: args.node_metadata_params.clone(),
             max_subscriptions: args.xds_max_subscriptions,
+            heartbeat_fraction: args.xds_heartbeat_fraction,
             ..Default::default()
         },
         max_request_bytes: args.xds_max_request_bytes,
@@ -509,4 +514,17 @@ fn shutdown_signal() -> anyhow::Result<impl std::future::Future<Output = ()>> {
     Ok(async {
         let _ = tokio::signal::ctrl_c().await;
     })
+}
+
+/// `--xds-heartbeat-fraction`: late enough not to flood, early enough that a heartbeat one
+/// tick late still beats the shortest TTL (1 s).
+fn parse_heartbeat_fraction(text: &str) -> Result<f64, String> {
+    let fraction: f64 = text
+        .parse()
+        .map_err(|e| format!("{text:?} is not a number: {e}"))?;
+    if (0.1..=0.75).contains(&fraction) {
+        Ok(fraction)
+    } else {
+        Err(format!("{fraction} is outside 0.1 to 0.75"))
+    }
 }

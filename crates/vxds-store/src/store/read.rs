@@ -29,7 +29,7 @@ const STORED_LIMITS: Limits = Limits {
 };
 
 const RESOURCE_COLUMNS: &str = "r.type_url, r.name, r.version, r.revision, r.created_revision, r.created_at_ms, r.updated_at_ms";
-const VARIANT_COLUMNS: &str = "v.type_url, v.name, v.variant_id, v.constraints, v.body, v.version, v.created_at_ms, v.updated_at_ms";
+const VARIANT_COLUMNS: &str = "v.type_url, v.name, v.variant_id, v.constraints, v.body, v.version, v.created_at_ms, v.updated_at_ms, v.ttl_ms";
 
 impl Store {
     /// One resource with its variants.
@@ -392,5 +392,15 @@ fn variant_from_row(row: &AnyRow) -> Result<StoredVariant, StoreError> {
         version: row.try_get(5)?,
         created_at_ms: row.try_get(6)?,
         updated_at_ms: row.try_get(7)?,
+        ttl: ttl_from_ms(row.try_get(8)?)?,
     })
+}
+
+fn ttl_from_ms(ms: Option<i64>) -> Result<Option<std::time::Duration>, StoreError> {
+    ms.map(|ms| {
+        u64::try_from(ms)
+            .map(std::time::Duration::from_millis)
+            .map_err(|_| StoreError::Corrupt(format!("variant ttl_ms {ms} is negative")))
+    })
+    .transpose()
 }

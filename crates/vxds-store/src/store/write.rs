@@ -389,8 +389,8 @@ async fn put_resource(
         };
         sqlx::query(
             "INSERT INTO vxds_variants \
-                 (type_url, name, position, variant_id, constraints, body, version, created_at_ms, updated_at_ms) \
-             VALUES ($1, $2, $3, $4, $5, $6, $7, $8, $9)",
+                 (type_url, name, position, variant_id, constraints, body, version, created_at_ms, updated_at_ms, ttl_ms) \
+             VALUES ($1, $2, $3, $4, $5, $6, $7, $8, $9, $10)",
         )
         .bind(&key.type_url)
         .bind(&key.name)
@@ -401,6 +401,8 @@ async fn put_resource(
         .bind(&variant.version)
         .bind(created_at_ms)
         .bind(updated_at_ms)
+        // Bounded by validation (at most a day), so it fits.
+        .bind(variant.ttl.map(|t| t.as_millis() as i64))
         .execute(&mut **tx)
         .await?;
     }

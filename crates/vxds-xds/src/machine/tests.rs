@@ -23,6 +23,7 @@ use crate::types::{ADS, CLUSTER, ENDPOINT, LISTENER, ROUTE, SERVICES};
 mod identity;
 mod removals;
 mod subscriptions;
+mod ttl;
 
 /// A store in memory: changesets in, snapshots out.
 struct World {
@@ -820,6 +821,51 @@ fn delta_glob_collections() {
         delta(&m.poll(&world.snapshot)[0]).removed_resources,
         ["xdstp://auth/envoy.config.listener.v3.Listener/none/*"]
     );
+}
+
+/// TP1: a glob collection with no members is answered with its URL in `removed_resources` —
+/// also when members exist but none has a variant for this subscriber, and again when the
+/// client subscribes to it again.
+#[test]
+fn delta_empty_glob_collections() {
+    let mut world = World::new();
+    let member = "xdstp://auth/envoy.config.listener.v3.Listener/edge/a";
+    world.apply(json!([put(
+        "listener",
+        member,
+        &[(r#"env = "prod""#, listener(member, "r"))]
+    )]));
+    let glob = "xdstp://auth/envoy.config.listener.v3.Listener/edge/*";
+    let mut m = delta_machine();
+    let mut request = delta_request(LISTENER, &[glob], &[], "");
+    request.node = Some(node_with(LISTENER, &[("env", "test")]));
+    m.on_delta_request(request).unwrap();
+    let r = delta(&m.poll(&world.snapshot)[0]);
+    assert!(r.resources.is_empty());
+    assert_eq!(r.removed_resources, [glob]);
+    m.on_delta_request(delta_request(LISTENER, &[], &[], &r.nonce))
+        .unwrap();
+    assert!(m.poll(&world.snapshot).is_empty());
+    // Subscribed again: answered again.
+    m.on_delta_request(delta_request(LISTENER, &[glob], &[], ""))
+        .unwrap();
+    let r = delta(&m.poll(&world.snapshot)[0]);
+    assert_eq!(r.removed_resources, [glob]);
+    m.on_delta_request(delta_request(LISTENER, &[], &[], &r.nonce))
+        .unwrap();
+    // A member for this subscriber's variant arrives: sent, and the glob is no longer empty.
+    let changed = world.apply(json!([put(
+        "listener",
+        member,
+        &[
+            (r#"env = "prod""#, listener(member, "r")),
+            (r#"env = "test""#, listener(member, "t"))
+        ]
+    )]));
+    m.on_changes(&changed);
+    let r = delta(&m.poll(&world.snapshot)[0]);
+    assert_eq!(r.resources[0].name, member);
+    assert!(r.removed_resources.is_empty());
 }
 
 #[test]

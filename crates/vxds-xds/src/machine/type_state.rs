@@ -8,6 +8,7 @@
 //! client what does not exist) and *break* (removals of what the client has), which the machine
 //! only runs once the client has acknowledged everything in flight.
 
+mod heartbeat;
 mod respond;
 
 use std::collections::{BTreeMap, BTreeSet};
@@ -98,8 +99,14 @@ impl Item {
             name: name.clone(),
             naming,
             version: variant.version.clone(),
-            body: variant.body.clone(),
+            body: Some(variant.body.clone()),
+            ttl: variant.ttl,
         }
+    }
+
+    /// Its TTL: such an item is always sent wrapped, and kept alive by heartbeats.
+    fn ttl(&self) -> Option<std::time::Duration> {
+        self.variant().ttl
     }
 }
 

@@ -192,14 +192,7 @@ impl TypeState {
         wrap_all: bool,
         keep: Vec<(ItemKey, Sent)>,
     ) -> Option<SotwResponse> {
-        let nonce = seq.to_string();
-        let entry = |key: &ItemKey, item: &Item| {
-            if item.constrained || wrap_all {
-                SotwEntry::Wrapped(item.wrapped(key.name()))
-            } else {
-                SotwEntry::Bare(item.variant().body.clone())
-            }
-        };
+        let entry = |key: &ItemKey, item: &Item| sotw_entry(key, item, wrap_all);
         let mut entries: BTreeMap<ItemKey, (SotwEntry, Item)> = BTreeMap::new();
         for (key, item) in &self.desired {
             entries.insert(key.clone(), (entry(key, item), item.clone()));
@@ -235,24 +228,7 @@ impl TypeState {
         self.dirty
             .retain(|k| self.sent.contains_key(k) && !self.desired.contains_key(k));
         self.last_version = Some(version.clone());
-        self.last_nonce = Some(nonce.clone());
-        // The client answers only the latest response: it stands for those it supersedes.
-        let since = self
-            .outstanding
-            .values()
-            .map(|o| o.since)
-            .min()
-            .unwrap_or(seq)
-            .min(seq);
-        self.outstanding.clear();
-        self.outstanding.insert(
-            nonce.clone(),
-            Outstanding {
-                version: version.clone(),
-                seq,
-                since,
-            },
-        );
+        let nonce = self.sotw_outstanding(seq, &version);
         Some(SotwResponse {
             version_info: version,
             resources: entries.into_values().map(|(e, _)| e).collect(),
@@ -401,7 +377,7 @@ impl TypeState {
         self.finish_delta(response, seq, system_version)
     }
 
-    fn finish_delta(
+    pub(super) fn finish_delta(
         &mut self,
         mut response: DeltaResponse,
         seq: u64,
@@ -427,10 +403,44 @@ impl TypeState {
         Some(response)
     }
 
+    /// Records a SotW response of `entries` at `version` as the one outstanding: the client
+    /// answers only the latest, which stands for those it supersedes.
+    pub(super) fn sotw_outstanding(&mut self, seq: u64, version: &str) -> String {
+        let nonce = seq.to_string();
+        self.last_nonce = Some(nonce.clone());
+        let since = self
+            .outstanding
+            .values()
+            .map(|o| o.since)
+            .min()
+            .unwrap_or(seq)
+            .min(seq);
+        self.outstanding.clear();
+        self.outstanding.insert(
+            nonce.clone(),
+            Outstanding {
+                version: version.to_owned(),
+                seq,
+                since,
+            },
+        );
+        nonce
+    }
+
     /// What the client holds, for visibility.
     pub fn held(&self) -> impl Iterator<Item = (HeldKey, Sent)> + '_ {
         self.sent
             .iter()
             .map(|(key, sent)| (key.held_key(), sent.clone()))
+    }
+}
+
+/// A SotW entry: wrapped in `Resource` when named with constraints, when it carries a TTL,
+/// or when the client asks for every resource wrapped; bare otherwise.
+pub(super) fn sotw_entry(key: &ItemKey, item: &Item, wrap_all: bool) -> SotwEntry {
+    if item.constrained || wrap_all || item.ttl().is_some() {
+        SotwEntry::Wrapped(item.wrapped(key.name()))
+    } else {
+        SotwEntry::Bare(item.variant().body.clone())
     }
 }
