@@ -6,6 +6,8 @@
 mod hardening;
 #[path = "http/outage.rs"]
 mod outage;
+#[path = "http/restore.rs"]
+mod restore;
 #[path = "http/support.rs"]
 mod support;
 #[path = "http/tokens.rs"]

@@ -52,6 +52,8 @@ enum Command {
     Export(commands::export::ExportArgs),
     /// Show the variant a client with these parameters receives, and why.
     Resolve(commands::resolve::ResolveArgs),
+    /// Make the store equal to its state right after a past revision, as a new revision.
+    Rollback(commands::rollback::RollbackArgs),
     /// Admin API tokens.
     #[command(subcommand)]
     Token(commands::token::TokenCommand),
@@ -107,6 +109,7 @@ fn main() -> ExitCode {
             Command::Validate(args) => commands::validate::run(args),
             Command::Export(args) => commands::export::run(args).await,
             Command::Resolve(args) => commands::resolve::run(args).await,
+            Command::Rollback(args) => commands::rollback::run(args).await,
             Command::Token(command) => commands::token::run(command),
             Command::DevCerts(args) => commands::dev_certs::run(args),
             Command::Openapi => {
