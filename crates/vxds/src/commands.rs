@@ -3,6 +3,7 @@
 
 pub mod apply;
 pub mod dev_certs;
+pub mod diff;
 pub mod export;
 pub mod resolve;
 pub mod rollback;

@@ -48,6 +48,9 @@ enum Command {
     Apply(commands::apply::ApplyArgs),
     /// Check fixture files offline against every rule the server checks.
     Validate(commands::validate::ValidateArgs),
+    /// Show how the resources the fixtures name differ on the server, as unified diffs (exit
+    /// 0 when equal, 1 when different).
+    Diff(commands::diff::DiffArgs),
     /// Write the store as fixtures that `apply` takes back unchanged.
     Export(commands::export::ExportArgs),
     /// Show the variant a client with these parameters receives, and why.
@@ -107,6 +110,7 @@ fn main() -> ExitCode {
             }
             Command::Apply(args) => commands::apply::run(args).await,
             Command::Validate(args) => commands::validate::run(args),
+            Command::Diff(args) => commands::diff::run(args).await,
             Command::Export(args) => commands::export::run(args).await,
             Command::Resolve(args) => commands::resolve::run(args).await,
             Command::Rollback(args) => commands::rollback::run(args).await,
