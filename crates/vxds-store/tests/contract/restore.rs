@@ -9,6 +9,7 @@ on_both_backends!(
     a_revision_shows_each_resource_before_and_after,
     a_restore_todays_rules_reject_is_refused,
     a_restore_is_guarded_by_the_expected_revision,
+    states_written_before_the_history_are_not_restored,
 );
 
 fn put_route(name: &str, variants: &[(&str, &str)]) -> Value {
@@ -287,4 +288,35 @@ async fn a_restore_is_guarded_by_the_expected_revision(db: TestDb) {
             .revision,
         3
     );
+}
+
+/// A store written before migration 0002 kept only each resource's latest variant set: an
+/// older state is refused by name, and a diff says its variants are not known.
+async fn states_written_before_the_history_are_not_restored(db: TestDb) {
+    let store = db.store().await;
+    store
+        .apply(ops(vec![put_route("a", &[("*", "one")])]), None)
+        .await
+        .unwrap();
+    store
+        .apply(ops(vec![put_route("a", &[("*", "two")])]), None)
+        .await
+        .unwrap();
+    // What the migration's backfill leaves: the current set only.
+    let pool = sqlx::AnyPool::connect(&db.url).await.unwrap();
+    sqlx::query("DELETE FROM vxds_variant_history WHERE revision = 1")
+        .execute(&pool)
+        .await
+        .unwrap();
+    pool.close().await;
+    let Err(RestoreError::HistoryNotKept { key, revision }) =
+        store.restore(1, RestoreOptions::default(), None).await
+    else {
+        panic!("expected history_not_kept")
+    };
+    assert_eq!((key.name.as_str(), revision), ("a", 1));
+    assert_eq!(store.head_revision().await.unwrap(), 2);
+    let diff = store.revision_diff(2).await.unwrap().unwrap();
+    assert_eq!(diff.resources[0].before, PastState::NotKept);
+    assert!(matches!(diff.resources[0].after, PastState::Present(_)));
 }
