@@ -199,6 +199,7 @@ fn api_router() -> OpenApiRouter<AdminState> {
         .routes(routes!(resolve::resolve))
         .routes(routes!(revisions::list))
         .routes(routes!(revisions::get))
+        .routes(routes!(revisions::restore))
         .routes(routes!(clients::list))
         .routes(routes!(health::healthz))
         .routes(routes!(health::readyz))

@@ -10,7 +10,7 @@ use serde::Serialize;
 use tracing::error;
 use utoipa::ToSchema;
 use vxds_envoy::changeset::Problem;
-use vxds_store::{ApplyError, StoreError};
+use vxds_store::{ApplyError, RestoreError, StoreError};
 
 pub const PROBLEM_JSON: &str = "application/problem+json";
 
@@ -447,6 +447,20 @@ impl IntoResponse for ApiError {
             );
         }
         response
+    }
+}
+
+impl From<RestoreError> for ApiError {
+    fn from(e: RestoreError) -> Self {
+        match e {
+            RestoreError::NoSuchRevision(_) => ApiError::NotFound(e.to_string()),
+            RestoreError::HistoryNotKept { .. } => ApiError::Invalid {
+                detail: format!("{e}; nothing was written"),
+                errors: vec![ProblemItem::new("", "history_not_kept", e.to_string())],
+                warnings: Vec::new(),
+            },
+            RestoreError::Apply(e) => ApiError::from_apply(e, None),
+        }
     }
 }
 

@@ -1,14 +1,24 @@
-//! `/v1/revisions`: the history — who changed what, when, and why.
+//! `/v1/revisions`: the history — who changed what, when, and why; what each revision did to
+//! each resource's variants (`revisions/diff`); and restoring the state right after a past
+//! revision as a new revision.
 
-use axum::Json;
 use axum::extract::State;
+use axum::{Extension, Json};
 use serde::{Deserialize, Serialize};
 use utoipa::{IntoParams, ToSchema};
+use vxds_store::{RestoreError, RestoreOptions};
 
 use crate::AdminState;
-use crate::problem::{ApiError, ProblemBody, ReadProblems};
+use crate::auth::Caller;
+use crate::body::Payload;
+use crate::changesets;
+use crate::problem::{ApiError, ProblemBody, ProblemItem, ReadProblems, WriteProblems};
 use crate::query::{PathParams, Query};
-use crate::repr::{RevisionRepr, revision_repr};
+use crate::repr::{ChangeRepr, RevisionRepr, change_repr, revision_repr};
+
+mod diff;
+
+use diff::RevisionDetail;
 
 #[derive(Debug, Deserialize, IntoParams)]
 #[into_params(parameter_in = Query)]
@@ -73,15 +83,40 @@ pub async fn list(
     }))
 }
 
-/// One revision with what it changed.
+#[derive(Debug, Deserialize, IntoParams)]
+#[into_params(parameter_in = Query)]
+pub struct DetailParams {
+    /// Include each variant's body before and after (default false: constraints and versions
+    /// only).
+    bodies: Option<bool>,
+}
+
+fn revision_number(path: &PathParams) -> Result<u64, ApiError> {
+    let raw = path.get("revision")?;
+    raw.parse::<u64>()
+        .ok()
+        .filter(|n| *n <= i64::MAX as u64)
+        .ok_or_else(|| {
+            ApiError::bad_parameter(
+                "revision",
+                "invalid_revision",
+                format!("`{raw}` is not a revision number"),
+            )
+        })
+}
+
+/// One revision: what it changed and, per resource, each variant before and after.
 #[utoipa::path(
     get,
     path = "/v1/revisions/{revision}",
     operation_id = "getRevision",
     tag = "revisions",
-    params(("revision" = u64, Path, description = "The revision number", minimum = 1, maximum = 9223372036854775807_i64)),
+    params(
+        ("revision" = u64, Path, description = "The revision number", minimum = 1, maximum = 9223372036854775807_i64),
+        DetailParams,
+    ),
     responses(
-        (status = 200, description = "The revision", body = RevisionRepr),
+        (status = 200, description = "The revision and the diff it made", body = RevisionDetail),
         (status = 400, description = "Not a revision number", body = ProblemBody, content_type = "application/problem+json"),
         (status = 404, description = "No such revision", body = ProblemBody, content_type = "application/problem+json"),
         ReadProblems,
@@ -91,17 +126,109 @@ pub async fn list(
 pub async fn get(
     State(state): State<AdminState>,
     path: PathParams,
-) -> Result<Json<RevisionRepr>, ApiError> {
-    let raw = path.get("revision")?;
-    let n: u64 = raw.parse().map_err(|_| {
-        ApiError::bad_parameter(
-            "revision",
-            "invalid_revision",
-            format!("`{raw}` is not a revision number"),
-        )
-    })?;
-    match state.store.revision(n).await? {
-        Some(revision) => Ok(Json(revision_repr(&revision))),
+    Query(params): Query<DetailParams>,
+) -> Result<Json<RevisionDetail>, ApiError> {
+    let n = revision_number(&path)?;
+    match state.store.revision_diff(n).await? {
+        Some(found) => Ok(Json(diff::detail(&found, params.bodies.unwrap_or(false))?)),
         None => Err(ApiError::NotFound(format!("there is no revision {n}"))),
     }
+}
+
+/// A restore's options. Every field may be left out (`{}`).
+#[derive(Debug, Default, Deserialize, ToSchema)]
+#[serde(deny_unknown_fields)]
+pub struct RestoreRequest {
+    /// Refuse (409) unless the store's head revision is this one.
+    #[serde(default)]
+    pub expected_revision: Option<u64>,
+    /// Validate and report, commit nothing.
+    #[serde(default)]
+    pub dry_run: bool,
+    /// Added to the revision's message, after `restore to revision N`.
+    #[serde(default)]
+    pub message: Option<String>,
+}
+
+/// What a restore did.
+#[derive(Debug, Serialize, ToSchema)]
+pub struct RestoreResult {
+    /// The revision whose state was restored.
+    pub restored_to: u64,
+    /// The revision committed (for a dry run, the one it would commit); the current head when
+    /// the store already was in that state.
+    pub revision: u64,
+    pub dry_run: bool,
+    /// What happened, in words: `restored revision 3 as revision 7`, or that the store
+    /// already is in revision 3's state.
+    pub summary: String,
+    /// The resources the restore changed (would change); empty when nothing differs.
+    pub changed: Vec<ChangeRepr>,
+    #[serde(skip_serializing_if = "Vec::is_empty")]
+    pub warnings: Vec<ProblemItem>,
+}
+
+/// Restore the state right after a past revision, as a new revision.
+///
+/// Resources created after it are deleted, changed ones get their variants back, deleted ones
+/// are recreated. The old state is validated like any changeset (422 if today's rules refuse
+/// it). The revision's author is the token's name; its message `restore to revision N`.
+#[utoipa::path(
+    post,
+    path = "/v1/revisions/{revision}/restore",
+    operation_id = "restoreRevision",
+    tag = "revisions",
+    params(("revision" = u64, Path, description = "The revision whose state to restore; 0 is the empty store", minimum = 0, maximum = 9223372036854775807_i64)),
+    request_body(content(
+        (RestoreRequest = "application/json"),
+        (RestoreRequest = "application/yaml"),
+    )),
+    responses(
+        (status = 200, description = "Restored (or, with `dry_run`, validated); `changed` is empty when the store already was in that state", body = RestoreResult),
+        (status = 404, description = "No such revision", body = ProblemBody, content_type = "application/problem+json"),
+        (status = 409, description = "`expected_revision` did not hold; nothing was written", body = ProblemBody, content_type = "application/problem+json"),
+        (status = 422, description = "Today's rules refuse the old state (each problem names its resource), or its variants were written before the store kept variant history (`history_not_kept`)", body = ProblemBody, content_type = "application/problem+json"),
+        WriteProblems,
+    ),
+    security(("bearer" = []), ())
+)]
+pub async fn restore(
+    State(state): State<AdminState>,
+    caller: Option<Extension<Caller>>,
+    path: PathParams,
+    Payload(request): Payload<RestoreRequest>,
+) -> Result<Json<RestoreResult>, ApiError> {
+    let n = revision_number(&path)?;
+    let author = caller.and_then(|Extension(c)| c.name);
+    let options = RestoreOptions {
+        expected_revision: request.expected_revision,
+        dry_run: request.dry_run,
+        message: request.message,
+    };
+    // Counted with the changesets: a restore is one.
+    let applied = match state.store.restore(n, options, author).await {
+        Ok(restored) => changesets::record(&state, Ok(restored.applied), None)?,
+        Err(RestoreError::Apply(e)) => changesets::record(&state, Err(e), None)?,
+        Err(e) => return Err(e.into()),
+    };
+    let summary = match (applied.changes.is_empty(), applied.dry_run) {
+        (true, _) => format!("the store already is in revision {n}'s state; no revision was made"),
+        (false, true) => format!(
+            "restoring revision {n} would make revision {}",
+            applied.revision
+        ),
+        (false, false) => format!("restored revision {n} as revision {}", applied.revision),
+    };
+    Ok(Json(RestoreResult {
+        restored_to: n,
+        revision: applied.revision,
+        dry_run: applied.dry_run,
+        summary,
+        changed: applied.changes.iter().map(change_repr).collect(),
+        warnings: applied
+            .warnings
+            .into_iter()
+            .map(|p| ProblemItem::from_problem(p, None))
+            .collect(),
+    }))
 }

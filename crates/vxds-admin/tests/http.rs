@@ -8,6 +8,8 @@ mod bulk;
 mod hardening;
 #[path = "http/outage.rs"]
 mod outage;
+#[path = "http/restore.rs"]
+mod restore;
 #[path = "http/support.rs"]
 mod support;
 #[path = "http/tokens.rs"]

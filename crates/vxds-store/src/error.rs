@@ -103,3 +103,29 @@ pub struct Conflict {
     pub operation: Option<usize>,
     pub message: String,
 }
+
+/// Why a past revision was not restored.
+#[derive(Debug, thiserror::Error)]
+pub enum RestoreError {
+    #[error("there is no revision {0}")]
+    NoSuchRevision(u64),
+    /// The store was written before it kept variant history, and the resource's state at
+    /// that revision is one of the states it did not keep.
+    #[error(
+        "the variants `{}` had right after revision {revision} were not kept (written before this store kept variant history); it cannot be restored",
+        .key.name
+    )]
+    HistoryNotKept {
+        key: vxds_envoy::changeset::ResourceKey,
+        revision: u64,
+    },
+    /// The restore, as a changeset, was refused or conflicted.
+    #[error(transparent)]
+    Apply(#[from] ApplyError),
+}
+
+impl From<StoreError> for RestoreError {
+    fn from(e: StoreError) -> Self {
+        RestoreError::Apply(ApplyError::Store(e))
+    }
+}

@@ -13,7 +13,7 @@ pub mod index;
 pub mod model;
 mod store;
 
-pub use error::{ApplyError, Conflict, StoreError};
+pub use error::{ApplyError, Conflict, RestoreError, StoreError};
 pub use index::{Index, IndexedResource, IndexedVariant, Snapshot};
 pub use model::*;
 pub use store::{

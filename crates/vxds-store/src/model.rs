@@ -172,3 +172,61 @@ pub struct ChangeBatch {
     /// Changed resources that no longer exist.
     pub deleted: Vec<ResourceKey>,
 }
+
+/// A variant as a revision left it (from the variant history).
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct PastVariant {
+    pub id: ConstraintsId,
+    pub constraints: CanonicalConstraints,
+    /// The body: an encoded `google.protobuf.Any`.
+    pub body: Vec<u8>,
+    pub version: String,
+    pub ttl: Option<std::time::Duration>,
+}
+
+/// A resource's state right after some revision.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub enum PastState {
+    /// It did not exist.
+    Absent,
+    /// It existed with these variants, in order.
+    Present(Vec<PastVariant>),
+    /// It existed, but its variants were written before the store kept variant history.
+    NotKept,
+}
+
+/// What one revision did to one resource: its state before and after.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct ResourceDiff {
+    pub change: Change,
+    pub before: PastState,
+    pub after: PastState,
+}
+
+/// A revision with, per resource it changed, the state before and after.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct RevisionDiff {
+    pub revision: Revision,
+    pub resources: Vec<ResourceDiff>,
+}
+
+/// How to restore a past revision.
+#[derive(Clone, Debug, Default, PartialEq, Eq)]
+pub struct RestoreOptions {
+    /// Refuse (conflict) unless the store's head revision is this one.
+    pub expected_revision: Option<u64>,
+    /// Validate and report, commit nothing.
+    pub dry_run: bool,
+    /// Added to the revision's message, after `restore to revision N`.
+    pub message: Option<String>,
+}
+
+/// What a restore did.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct Restored {
+    /// The revision whose state was restored.
+    pub restored_to: u64,
+    /// The new revision (none when the state already was that one: `changes` is empty and
+    /// `revision` the head).
+    pub applied: Applied,
+}

@@ -11,6 +11,7 @@
 
 mod follow;
 mod health;
+mod history;
 mod notify;
 mod read;
 mod write;

@@ -23,6 +23,8 @@ use vxds_testkit::{TestDb, on_both_backends};
 mod following;
 #[path = "contract/outage.rs"]
 mod outage;
+#[path = "contract/restore.rs"]
+mod restore;
 
 const ROUTE: &str = "type.googleapis.com/envoy.config.route.v3.RouteConfiguration";
 const CLUSTER: &str = "type.googleapis.com/envoy.config.cluster.v3.Cluster";

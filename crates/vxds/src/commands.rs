@@ -3,8 +3,10 @@
 
 pub mod apply;
 pub mod dev_certs;
+pub mod diff;
 pub mod export;
 pub mod resolve;
+pub mod rollback;
 pub mod token;
 pub mod validate;
 
@@ -67,4 +69,22 @@ pub fn format_item(label: &str, item: &Value, locate: &dyn Fn(&str) -> String) -
         line.push_str(&format!(" (witness: {{{}}})", shown.join(", ")));
     }
     line
+}
+
+/// One line per changed resource of a write's answer: `  updated  route      web`.
+pub fn change_table(changed: &[Value]) -> String {
+    let mut text = String::new();
+    for change in changed {
+        let ty = change["type"]
+            .as_str()
+            .or(change["type_url"].as_str())
+            .unwrap_or_default();
+        text.push_str(&format!(
+            "  {:<8} {:<10} {}\n",
+            change["change"].as_str().unwrap_or_default(),
+            ty,
+            change["name"].as_str().unwrap_or_default()
+        ));
+    }
+    text
 }

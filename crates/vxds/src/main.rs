@@ -48,10 +48,15 @@ enum Command {
     Apply(commands::apply::ApplyArgs),
     /// Check fixture files offline against every rule the server checks.
     Validate(commands::validate::ValidateArgs),
+    /// Show how the resources the fixtures name differ on the server, as unified diffs (exit
+    /// 0 when equal, 1 when different).
+    Diff(commands::diff::DiffArgs),
     /// Write the store as fixtures that `apply` takes back unchanged.
     Export(commands::export::ExportArgs),
     /// Show the variant a client with these parameters receives, and why.
     Resolve(commands::resolve::ResolveArgs),
+    /// Make the store equal to its state right after a past revision, as a new revision.
+    Rollback(commands::rollback::RollbackArgs),
     /// Admin API tokens.
     #[command(subcommand)]
     Token(commands::token::TokenCommand),
@@ -105,8 +110,10 @@ fn main() -> ExitCode {
             }
             Command::Apply(args) => commands::apply::run(args).await,
             Command::Validate(args) => commands::validate::run(args),
+            Command::Diff(args) => commands::diff::run(args).await,
             Command::Export(args) => commands::export::run(args).await,
             Command::Resolve(args) => commands::resolve::run(args).await,
+            Command::Rollback(args) => commands::rollback::run(args).await,
             Command::Token(command) => commands::token::run(command),
             Command::DevCerts(args) => commands::dev_certs::run(args),
             Command::Openapi => {

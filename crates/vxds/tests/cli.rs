@@ -10,6 +10,12 @@ use std::time::{Duration, Instant};
 use vxds_testkit::serve::ServeProcess;
 use vxds_testkit::{TestDb, on_both_backends};
 
+// A test crate's root resolves modules beside it, not in a folder named after it.
+#[path = "cli/diff.rs"]
+mod diff;
+#[path = "cli/rollback.rs"]
+mod rollback;
+
 fn vxds() -> Command {
     let mut command = Command::new(env!("CARGO_BIN_EXE_vxds"));
     for var in [

@@ -9,7 +9,7 @@ use std::collections::{BTreeMap, BTreeSet, HashMap};
 use futures::TryStreamExt;
 use sqlx::any::AnyRow;
 use sqlx::{Any, Row, Transaction};
-use vxds_core::{Constraints, ConstraintsId, Limits};
+use vxds_core::{CanonicalConstraints, Constraints, ConstraintsId, Limits};
 use vxds_envoy::changeset::ResourceKey;
 
 use super::{Backend, Store};
@@ -344,7 +344,7 @@ impl Store {
     }
 
     /// A read transaction that sees one consistent state.
-    async fn begin_snapshot(&self) -> Result<Transaction<'static, Any>, StoreError> {
+    pub(super) async fn begin_snapshot(&self) -> Result<Transaction<'static, Any>, StoreError> {
         let mut tx = self.pool().begin().await?;
         if self.backend() == Backend::Postgres {
             sqlx::query("SET TRANSACTION ISOLATION LEVEL REPEATABLE READ, READ ONLY")
@@ -371,8 +371,23 @@ fn resource_from_row(row: &AnyRow) -> Result<StoredResource, StoreError> {
 }
 
 fn variant_from_row(row: &AnyRow) -> Result<StoredVariant, StoreError> {
-    let id: String = row.try_get(2)?;
-    let text: String = row.try_get(3)?;
+    let (id, constraints) = stored_constraints(row.try_get(2)?, row.try_get(3)?)?;
+    Ok(StoredVariant {
+        id,
+        constraints,
+        body: row.try_get(4)?,
+        version: row.try_get(5)?,
+        created_at_ms: row.try_get(6)?,
+        updated_at_ms: row.try_get(7)?,
+        ttl: ttl_from_ms(row.try_get(8)?)?,
+    })
+}
+
+/// A stored variant id and constraint text, read back and checked against each other.
+pub(super) fn stored_constraints(
+    id: String,
+    text: String,
+) -> Result<(ConstraintsId, CanonicalConstraints), StoreError> {
     let constraints = Constraints::parse(&text, &STORED_LIMITS)
         .map_err(|e| StoreError::Corrupt(format!("stored constraints `{text}`: {e}")))?
         .canonical();
@@ -385,18 +400,10 @@ fn variant_from_row(row: &AnyRow) -> Result<StoredVariant, StoreError> {
             constraints.id()
         )));
     }
-    Ok(StoredVariant {
-        id,
-        constraints,
-        body: row.try_get(4)?,
-        version: row.try_get(5)?,
-        created_at_ms: row.try_get(6)?,
-        updated_at_ms: row.try_get(7)?,
-        ttl: ttl_from_ms(row.try_get(8)?)?,
-    })
+    Ok((id, constraints))
 }
 
-fn ttl_from_ms(ms: Option<i64>) -> Result<Option<std::time::Duration>, StoreError> {
+pub(super) fn ttl_from_ms(ms: Option<i64>) -> Result<Option<std::time::Duration>, StoreError> {
     ms.map(|ms| {
         u64::try_from(ms)
             .map(std::time::Duration::from_millis)

@@ -405,6 +405,23 @@ async fn put_resource(
         .bind(variant.ttl.map(|t| t.as_millis() as i64))
         .execute(&mut **tx)
         .await?;
+        // Kept per revision, so that any past state can be read back and restored.
+        sqlx::query(
+            "INSERT INTO vxds_variant_history \
+                 (revision, type_url, name, position, variant_id, constraints, body, version, ttl_ms) \
+             VALUES ($1, $2, $3, $4, $5, $6, $7, $8, $9)",
+        )
+        .bind(revision as i64)
+        .bind(&key.type_url)
+        .bind(&key.name)
+        .bind(position as i64)
+        .bind(&id)
+        .bind(variant.constraints.to_string())
+        .bind(variant.body.clone())
+        .bind(&variant.version)
+        .bind(variant.ttl.map(|t| t.as_millis() as i64))
+        .execute(&mut **tx)
+        .await?;
     }
     if key.type_url.ends_with(CLUSTER) {
         delete_edges(tx, &key.name).await?;

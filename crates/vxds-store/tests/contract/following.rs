@@ -54,6 +54,7 @@ async fn a_head_that_goes_backwards_reloads_the_index(db: TestDb) {
     for sql in [
         "DELETE FROM vxds_revision_changes WHERE revision > 1",
         "DELETE FROM vxds_revisions WHERE revision > 1",
+        "DELETE FROM vxds_variant_history WHERE revision > 1",
         "DELETE FROM vxds_variants WHERE name IN ('b', 'c')",
         "DELETE FROM vxds_resources WHERE name IN ('b', 'c')",
         "UPDATE vxds_head SET revision = 1 WHERE id = 1",

@@ -128,18 +128,7 @@ fn print_result(body: &serde_json::Value, fixtures: &fixtures::Fixtures) {
             "revision {revision}: {} change{plural}{dry}\n",
             changed.len()
         ));
-        for change in &changed {
-            let ty = change["type"]
-                .as_str()
-                .or(change["type_url"].as_str())
-                .unwrap_or_default();
-            text.push_str(&format!(
-                "  {:<8} {:<10} {}\n",
-                change["change"].as_str().unwrap_or_default(),
-                ty,
-                change["name"].as_str().unwrap_or_default()
-            ));
-        }
+        text.push_str(&super::change_table(&changed));
     }
     super::out(&text);
     for warning in body["warnings"].as_array().into_iter().flatten() {

@@ -1,0 +1,223 @@
+//! `vxds diff -f PATH...`: how the resources the fixtures name differ between the server (or
+//! a database) and the fixtures, as unified diffs, like `kubectl diff`. Exit 0 when they are
+//! equal, 1 when they differ, 2 on any failure (fixtures the rules refuse among them).
+//!
+//! One diff per variant that differs, headed `server/route/web [env = "prod"]`: a changed body
+//! as YAML; a variant only one side has (its constraints are its identity, so new constraint
+//! text is one variant gone and one new) with its constraint text; a resource the server
+//! lacks as a whole fixture document. Both sides are the canonical forms the server stores
+//! (constraint text, proto3 JSON bodies): the fixtures go through the same validation first, so
+//! a respelling the server would store identically is no difference. Resources the fixtures
+//! do not name are not compared.
+
+use std::path::PathBuf;
+use std::process::ExitCode;
+
+use anyhow::bail;
+use axum::http::Method;
+use clap::Args;
+use serde_json::{Value, json};
+use similar::TextDiff;
+use vxds_envoy::changeset::{Action, ResourceKey, ValidationConfig, validate_standalone};
+use vxds_envoy::resource::ResourceType;
+
+use crate::fixtures;
+use crate::target::{Target, TargetArgs, segment};
+
+#[derive(Debug, Args)]
+pub struct DiffArgs {
+    /// Fixture files or folders.
+    #[arg(short = 'f', long = "file", required = true, num_args = 1..)]
+    files: Vec<PathBuf>,
+    #[command(flatten)]
+    target: TargetArgs,
+    /// Lines of context around each change.
+    #[arg(long, default_value_t = 3)]
+    context: usize,
+}
+
+/// Exit code for "they differ".
+const DIFFERENT: u8 = 1;
+/// Exit code for "could not compare".
+const FAILED: u8 = 2;
+
+pub async fn run(args: DiffArgs) -> anyhow::Result<ExitCode> {
+    let fixtures = fixtures::load(&args.files)?;
+    let validated = match validate_standalone(&fixtures.changeset(), &ValidationConfig::default()) {
+        Ok(validated) => validated.changeset,
+        Err(invalid) => {
+            eprintln!("error: the fixtures break {} rule(s)", invalid.errors.len());
+            for p in &invalid.errors {
+                let value = serde_json::to_value(p).unwrap_or_default();
+                eprintln!(
+                    "{}",
+                    super::format_item("error", &value, &|p| fixtures.locate(p))
+                );
+            }
+            return Ok(ExitCode::from(FAILED));
+        }
+    };
+    let mut local = Vec::new();
+    for op in validated.operations {
+        let Action::Put(resource) = op.action else {
+            continue; // fixtures only put
+        };
+        let ty = ResourceType::resolve(&op.key.type_url)?;
+        let variants = resource
+            .variants
+            .iter()
+            .map(|v| {
+                let body = vxds_envoy::resource::Body::json_of_any(&v.body, &ty)
+                    .map_err(|e| anyhow::anyhow!("{}", e.message))?;
+                Ok((v.constraints.to_string(), body))
+            })
+            .collect::<anyhow::Result<_>>()?;
+        local.push((op.key, variants));
+    }
+
+    let target = Target::connect(&args.target).await?;
+    let result = compare(&target, &local, args.context).await;
+    target.close().await;
+    let text = result?;
+    if text.is_empty() {
+        return Ok(ExitCode::SUCCESS);
+    }
+    super::out(&text);
+    Ok(ExitCode::from(DIFFERENT))
+}
+
+type Variants = Vec<(String, Value)>;
+
+/// The unified diffs of every resource that differs; empty when none does.
+async fn compare(
+    target: &Target,
+    local: &[(ResourceKey, Variants)],
+    context: usize,
+) -> anyhow::Result<String> {
+    let mut out = String::new();
+    for (key, variants) in local {
+        let path = format!(
+            "/v1/resources/{}/{}",
+            segment(&key.type_url),
+            segment(&key.name)
+        );
+        let reply = target.call(Method::GET, &path, None).await?;
+        let stored: Option<Variants> = match reply.status {
+            200 => Some(
+                reply.body["variants"]
+                    .as_array()
+                    .into_iter()
+                    .flatten()
+                    .map(|v| {
+                        (
+                            v["constraints_text"].as_str().unwrap_or("*").to_owned(),
+                            v["resource"].clone(),
+                        )
+                    })
+                    .collect(),
+            ),
+            404 => None,
+            _ => {
+                target.expect_ok(reply)?;
+                bail!("unexpected answer for {path}");
+            }
+        };
+        let label = ResourceType::resolve(&key.type_url)
+            .ok()
+            .and_then(|t| t.alias())
+            .unwrap_or(&key.type_url);
+        let at = format!("{label}/{}", key.name);
+        let Some(theirs) = stored else {
+            // New: the whole document.
+            let ours = render(label, &key.name, variants)?;
+            out.push_str(&unified(
+                "",
+                &ours,
+                "/dev/null",
+                &format!("fixtures/{at}"),
+                context,
+            ));
+            continue;
+        };
+        let before = out.len();
+        for (constraints, body) in variants {
+            let ours = yaml(body)?;
+            let header = format!("{at} [{constraints}]");
+            match theirs.iter().find(|(c, _)| c == constraints) {
+                Some((_, stored)) if stored == body => {}
+                Some((_, stored)) => out.push_str(&unified(
+                    &yaml(stored)?,
+                    &ours,
+                    &format!("server/{header}"),
+                    &format!("fixtures/{header}"),
+                    context,
+                )),
+                None => out.push_str(&unified(
+                    "",
+                    &variant_yaml(constraints, body)?,
+                    "/dev/null",
+                    &format!("fixtures/{header}"),
+                    context,
+                )),
+            }
+        }
+        for (constraints, stored) in &theirs {
+            if !variants.iter().any(|(c, _)| c == constraints) {
+                out.push_str(&unified(
+                    &variant_yaml(constraints, stored)?,
+                    "",
+                    &format!("server/{at} [{constraints}]"),
+                    "/dev/null",
+                    context,
+                ));
+            }
+        }
+        // The same variants in another order.
+        if out.len() == before && theirs != *variants {
+            let order = |v: &Variants| v.iter().map(|(c, _)| format!("{c}\n")).collect::<String>();
+            out.push_str(&unified(
+                &order(&theirs),
+                &order(variants),
+                &format!("server/{at} (variant order)"),
+                &format!("fixtures/{at} (variant order)"),
+                context,
+            ));
+        }
+    }
+    Ok(out)
+}
+
+fn unified(old: &str, new: &str, from: &str, to: &str, context: usize) -> String {
+    TextDiff::from_lines(old, new)
+        .unified_diff()
+        .context_radius(context)
+        .header(from, to)
+        .to_string()
+}
+
+fn yaml(value: &Value) -> anyhow::Result<String> {
+    Ok(serde_norway::to_string(value)?)
+}
+
+/// A variant as a fixture writes it, for a variant only one side has.
+fn variant_yaml(constraints: &str, body: &Value) -> anyhow::Result<String> {
+    yaml(&json!({"constraints": constraints, "resource": body}))
+}
+
+/// A resource as the fixture document `vxds export` writes: the constraint text (left out
+/// when unconstrained) above each body.
+fn render(label: &str, name: &str, variants: &Variants) -> anyhow::Result<String> {
+    let variants: Vec<Value> = variants
+        .iter()
+        .map(|(constraints, resource)| {
+            if constraints == "*" {
+                json!({"resource": resource})
+            } else {
+                json!({"constraints": constraints, "resource": resource})
+            }
+        })
+        .collect();
+    Ok(serde_norway::to_string(
+        &json!({"type": label, "name": name, "variants": variants}),
+    )?)
+}
