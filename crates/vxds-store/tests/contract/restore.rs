@@ -10,6 +10,7 @@ on_both_backends!(
     a_restore_todays_rules_reject_is_refused,
     a_restore_is_guarded_by_the_expected_revision,
     states_written_before_the_history_are_not_restored,
+    a_restore_brings_back_ttls,
 );
 
 fn put_route(name: &str, variants: &[(&str, &str)]) -> Value {
@@ -26,6 +27,34 @@ fn delete_route(name: &str) -> Value {
 
 fn ops(operations: Vec<Value>) -> ChangesetRequest {
     changeset(json!({ "operations": operations }))
+}
+
+async fn a_restore_brings_back_ttls(db: TestDb) {
+    let store = db.store().await;
+    let with_ttl = json!({"op": "put", "type": "route", "name": "t", "variants": [
+        {"resource": route("t", "t"), "ttl": "30s"}]});
+    store.apply(ops(vec![with_ttl]), None).await.unwrap();
+    let before = store.get(&key(ROUTE, "t")).await.unwrap().unwrap();
+    assert_eq!(
+        before.variants[0].ttl,
+        Some(std::time::Duration::from_secs(30))
+    );
+    store
+        .apply(ops(vec![put_route("t", &[("*", "t")])]), None)
+        .await
+        .unwrap();
+    let without = store.get(&key(ROUTE, "t")).await.unwrap().unwrap();
+    assert_eq!(without.variants[0].ttl, None);
+    store
+        .restore(1, RestoreOptions::default(), None)
+        .await
+        .unwrap();
+    let restored = store.get(&key(ROUTE, "t")).await.unwrap().unwrap();
+    assert_eq!(
+        restored.variants[0].ttl,
+        Some(std::time::Duration::from_secs(30))
+    );
+    assert_eq!(restored.variants[0].version, before.variants[0].version);
 }
 
 async fn a_restore_undoes_creates_updates_and_deletes(db: TestDb) {
