@@ -69,7 +69,8 @@ pub async fn run(args: DiffArgs) -> anyhow::Result<ExitCode> {
             .map(|v| {
                 let body = vxds_envoy::resource::Body::json_of_any(&v.body, &ty)
                     .map_err(|e| anyhow::anyhow!("{}", e.message))?;
-                Ok((v.constraints.to_string(), body))
+                let ttl = v.ttl.map(|t| humantime::format_duration(t).to_string());
+                Ok((v.constraints.to_string(), compared(body, ttl.as_deref())))
             })
             .collect::<anyhow::Result<_>>()?;
         local.push((op.key, variants));
@@ -87,6 +88,15 @@ pub async fn run(args: DiffArgs) -> anyhow::Result<ExitCode> {
 }
 
 type Variants = Vec<(String, Value)>;
+
+/// What is compared of a variant: its body, and its TTL beside it when it has one (so that a
+/// changed TTL shows as a difference too).
+fn compared(body: Value, ttl: Option<&str>) -> Value {
+    match ttl {
+        Some(ttl) => serde_json::json!({"ttl": ttl, "resource": body}),
+        None => body,
+    }
+}
 
 /// The unified diffs of every resource that differs; empty when none does.
 async fn compare(
@@ -111,7 +121,7 @@ async fn compare(
                     .map(|v| {
                         (
                             v["constraints_text"].as_str().unwrap_or("*").to_owned(),
-                            v["resource"].clone(),
+                            compared(v["resource"].clone(), v["ttl"].as_str()),
                         )
                     })
                     .collect(),

@@ -89,6 +89,14 @@ async fn diff_shows_what_the_fixtures_would_change(db: TestDb) {
     let equal = run(&["diff", "-f", d, "--database-url", &url]);
     assert_eq!(equal.status.code(), Some(0), "{}", stdout(&equal));
 
+    // A TTL alone is a difference too.
+    let extra = dir.path().join("extra.yaml");
+    let text = std::fs::read_to_string(&extra).unwrap();
+    std::fs::write(&extra, format!("{}    ttl: 30s\n", text)).unwrap();
+    let ttl = run(&["diff", "-f", d, "--database-url", &url]);
+    assert_eq!(ttl.status.code(), Some(1), "{}", stderr(&ttl));
+    assert!(stdout(&ttl).contains("+ttl: 30s"), "{}", stdout(&ttl));
+
     // Fixtures the rules refuse: no comparison, exit 2.
     std::fs::write(
         dir.path().join("extra.yaml"),
