@@ -390,14 +390,7 @@ async fn two_envoys_get_their_variants(prod_ads: Ads, test_ads: Ads) {
     );
 
     // And Prometheus: two streams, acknowledged routes, push latency observed.
-    let metrics = client
-        .get(format!("{admin}/metrics"))
-        .send()
-        .await
-        .unwrap()
-        .text()
-        .await
-        .unwrap();
+    let metrics = metrics_text(&client, &admin).await;
     assert_eq!(sample_sum(&metrics, "vxds_xds_streams"), 2.0, "{metrics}");
     assert!(
         sample_sum(&metrics, "vxds_xds_acks_total") >= 8.0,
@@ -412,6 +405,18 @@ async fn two_envoys_get_their_variants(prod_ads: Ads, test_ads: Ads) {
         sample_sum(&metrics, "vxds_xds_push_latency_seconds_count") >= 2.0,
         "{metrics}"
     );
+}
+
+/// The admin API's `/metrics`, as Prometheus text.
+async fn metrics_text(client: &reqwest::Client, admin: &str) -> String {
+    client
+        .get(format!("{admin}/metrics"))
+        .send()
+        .await
+        .unwrap()
+        .text()
+        .await
+        .unwrap()
 }
 
 /// The sum of a metric's samples over all label sets, in Prometheus text.

@@ -225,8 +225,12 @@ impl fmt::Debug for ClientVerifier {
     }
 }
 
-fn no_verifier() -> rustls::Error {
-    rustls::Error::General("no client CA bundle is loaded".into())
+impl ClientVerifier {
+    fn current(&self) -> Result<Arc<dyn ClientCertVerifier>, rustls::Error> {
+        self.0
+            .verifier()
+            .ok_or_else(|| rustls::Error::General("no client CA bundle is loaded".into()))
+    }
 }
 
 impl ClientCertVerifier for ClientVerifier {
@@ -240,9 +244,7 @@ impl ClientCertVerifier for ClientVerifier {
         intermediates: &[CertificateDer<'_>],
         now: UnixTime,
     ) -> Result<ClientCertVerified, rustls::Error> {
-        self.0
-            .verifier()
-            .ok_or_else(no_verifier)?
+        self.current()?
             .verify_client_cert(end_entity, intermediates, now)
     }
 
@@ -252,10 +254,7 @@ impl ClientCertVerifier for ClientVerifier {
         cert: &CertificateDer<'_>,
         dss: &DigitallySignedStruct,
     ) -> Result<HandshakeSignatureValid, rustls::Error> {
-        self.0
-            .verifier()
-            .ok_or_else(no_verifier)?
-            .verify_tls12_signature(message, cert, dss)
+        self.current()?.verify_tls12_signature(message, cert, dss)
     }
 
     fn verify_tls13_signature(
@@ -264,10 +263,7 @@ impl ClientCertVerifier for ClientVerifier {
         cert: &CertificateDer<'_>,
         dss: &DigitallySignedStruct,
     ) -> Result<HandshakeSignatureValid, rustls::Error> {
-        self.0
-            .verifier()
-            .ok_or_else(no_verifier)?
-            .verify_tls13_signature(message, cert, dss)
+        self.current()?.verify_tls13_signature(message, cert, dss)
     }
 
     fn supported_verify_schemes(&self) -> Vec<SignatureScheme> {

@@ -150,14 +150,7 @@ async fn envoy_moves_to_another_replica_when_its_replica_drains() {
     }
     // The drain shows in the metrics (the xDS task sets it as it starts draining).
     loop {
-        let metrics = client
-            .get(format!("{}/metrics", leaving.admin_url))
-            .send()
-            .await
-            .unwrap()
-            .text()
-            .await
-            .unwrap();
+        let metrics = metrics_text(&client, &leaving.admin_url).await;
         if sample_sum(&metrics, "vxds_xds_draining") == 1.0 {
             break;
         }
@@ -234,14 +227,7 @@ async fn delta_envoy_resumes_after_its_connection_reaches_its_maximum_age() {
     let (stop_traffic, traffic) = watch_traffic(&client, port_a);
     let deadline = Instant::now() + WAIT;
     loop {
-        let metrics = client
-            .get(format!("{admin}/metrics"))
-            .send()
-            .await
-            .unwrap()
-            .text()
-            .await
-            .unwrap();
+        let metrics = metrics_text(&client, &admin).await;
         let aged: f64 = metrics
             .lines()
             .filter(|l| l.starts_with("vxds_xds_connections_closed_total{reason=\"max_age\"}"))
@@ -263,14 +249,7 @@ async fn delta_envoy_resumes_after_its_connection_reaches_its_maximum_age() {
         failures.is_empty(),
         "requests failed across reconnects: {failures:?}"
     );
-    let metrics = client
-        .get(format!("{admin}/metrics"))
-        .send()
-        .await
-        .unwrap()
-        .text()
-        .await
-        .unwrap();
+    let metrics = metrics_text(&client, &admin).await;
     // The first connection's responses only: one per type (clusters, endpoints, listeners,
     // routes); the reconnected streams were sent nothing again.
     assert_eq!(

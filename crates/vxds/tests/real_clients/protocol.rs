@@ -225,14 +225,7 @@ async fn delta_envoy_rides_out_an_xds_reconnect_and_is_not_sent_its_resources_ag
         tokio::time::sleep(Duration::from_millis(200)).await;
     };
     tokio::time::sleep(Duration::from_secs(1)).await;
-    let metrics = client
-        .get(format!("{}/metrics", again.admin_url))
-        .send()
-        .await
-        .unwrap()
-        .text()
-        .await
-        .unwrap();
+    let metrics = metrics_text(&client, &again.admin_url).await;
     assert_eq!(
         sample_sum(&metrics, "vxds_xds_responses_total"),
         0.0,
