@@ -162,7 +162,7 @@ fn node(client: &ClientStatus) -> Node {
             .iter()
             .filter(|t| !t.params.is_empty())
             .map(|t| {
-                let params = t.params.clone().into_iter().collect();
+                let params = t.params.0.clone().into_iter().collect();
                 (t.type_url.clone(), ContextParams { params })
             })
             .collect(),

@@ -15,6 +15,7 @@
 pub mod connections;
 pub mod csds;
 pub mod identity;
+mod intern;
 pub mod machine;
 pub mod metrics;
 pub mod params;

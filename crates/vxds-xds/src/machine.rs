@@ -623,7 +623,7 @@ impl StreamMachine {
         let entry = type_entry(&mut status, type_url);
         if subscriptions {
             entry.subscriptions = ty.describe_subscriptions();
-            entry.params = ty.default_params.0.clone();
+            entry.params = ty.default_params.clone();
         }
         if let Some(sources) = sources {
             entry.param_sources = sources;

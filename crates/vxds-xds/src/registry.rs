@@ -130,7 +130,7 @@ impl Indexes {
     fn unindex(&mut self, id: u64, interest: &BTreeMap<String, Interest>) {
         for (type_url, i) in interest {
             for name in &i.names {
-                remove(&mut self.by_name, &(type_url.clone(), name.clone()), id);
+                remove(&mut self.by_name, &(type_url.clone(), name.to_string()), id);
             }
             if i.wildcard {
                 remove(&mut self.wildcard, type_url, id);
@@ -149,7 +149,7 @@ impl Indexes {
         for (type_url, i) in interest {
             for name in &i.names {
                 self.by_name
-                    .entry((type_url.clone(), name.clone()))
+                    .entry((type_url.clone(), name.to_string()))
                     .or_default()
                     .insert(id);
             }

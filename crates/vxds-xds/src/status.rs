@@ -39,8 +39,10 @@ pub struct ClientStatus {
 #[cfg_attr(feature = "openapi", derive(utoipa::ToSchema))]
 pub struct TypeStatus {
     pub type_url: String,
-    /// The dynamic parameters plain-name subscriptions resolve with.
-    pub params: BTreeMap<String, String>,
+    /// The dynamic parameters plain-name subscriptions resolve with (shared with the stream's
+    /// state, and every stream with equal parameters).
+    #[cfg_attr(feature = "openapi", schema(value_type = BTreeMap<String, String>))]
+    pub params: Arc<vxds_core::ParamSet>,
     /// Where each of `params` came from: `identity` (trusted), `node.dynamic_parameters` or
     /// `node.metadata`.
     pub param_sources: BTreeMap<String, &'static str>,

@@ -1,21 +1,29 @@
-//! Load generator for the xDS server: many concurrent ADS streams against a real `vxds serve`.
+//! Load generator for the xDS server: many concurrent ADS streams against real `vxds serve`
+//! processes — one, or several replicas on one Postgres database.
 //!
-//! It starts `vxds serve` (release build, SQLite in a temporary directory) as its own process,
-//! seeds a route with one variant per shard and a set of clusters, then opens `--streams` ADS
-//! streams, one TCP connection each as real proxies do, half SotW and half Delta (`--protocol`).
-//! Every stream subscribes to CDS (wildcard) and to the route, with its shard as the route's
-//! dynamic parameter, and ACKs what it receives. Then it updates, through the REST API, the
-//! route (every variant) and one cluster in turn, and measures for every stream the time from
-//! the admin request to the moment the stream received the new version. It reports the
-//! server's memory (RSS) and CPU time at each phase.
+//! It starts `vxds serve` (release build; SQLite in a temporary directory, or with
+//! `--replicas N` / `--postgres` N processes on a fresh Postgres database), seeds `--clusters`
+//! clusters with `--variants` variants each (keyed on `shard`), then opens `--streams` ADS
+//! streams, one TCP connection each as real proxies do, spread round-robin over the replicas
+//! (and over `--local-addrs` source addresses). A stream subscribes to CDS in one of three ways:
+//! SotW wildcard, Delta wildcard — both with their shard in `node.dynamic_parameters` — or
+//! Delta by `resource_locators_subscribe`, one locator per cluster with the shard as its
+//! parameter (`--locators`: the share of Delta streams doing so). Every stream ACKs what it
+//! receives. Then it updates cluster `c0` (every variant) through one replica's REST API, round
+//! after round, and measures for every stream on every replica the time from the admin request
+//! to the moment the stream received the new version. It reports each server's memory (RSS)
+//! and CPU time, and on Postgres the database's transactions and rows read per revision.
 //!
 //! ```sh
-//! cargo build --release -p vxds && cargo run --release -p vxds --example xds_load -- --streams 10000
+//! cargo build --release -p vxds --example xds_load --bin vxds
+//! ./target/release/examples/xds_load --streams 10000 --protocol delta --locators 1
 //! ```
 //!
-//! Both processes share the machine, so the figures include the load generator's own cost.
-//! Results are written down in docs/benchmarks.md.
+//! The load generator and the servers share the machine, so the figures include the load
+//! generator's own cost. Results are written down in docs/benchmarks.md.
 
+use std::collections::HashSet;
+use std::net::IpAddr;
 use std::path::PathBuf;
 use std::sync::Arc;
 use std::sync::atomic::{AtomicBool, AtomicU64, AtomicUsize, Ordering};
@@ -30,35 +38,41 @@ use tokio_stream::wrappers::ReceiverStream;
 use tonic::transport::Endpoint;
 use vxds_envoy::pb::envoy::config::cluster::v3::Cluster;
 use vxds_envoy::pb::envoy::config::core::v3::Node;
-use vxds_envoy::pb::envoy::config::route::v3::RouteConfiguration;
 use vxds_envoy::pb::envoy::service::discovery::v3::aggregated_discovery_service_client::AggregatedDiscoveryServiceClient;
 use vxds_envoy::pb::envoy::service::discovery::v3::{
     DeltaDiscoveryRequest, DeltaDiscoveryResponse, DiscoveryRequest, DiscoveryResponse,
+    ResourceLocator,
 };
 use vxds_envoy::pb::xds::core::v3::ContextParams;
 use vxds_testkit::serve::ServeProcess;
+use vxds_testkit::{Db, TestDb};
 
-const ROUTE: &str = "type.googleapis.com/envoy.config.route.v3.RouteConfiguration";
 const CLUSTER: &str = "type.googleapis.com/envoy.config.cluster.v3.Cluster";
-const ROUTE_NAME: &str = "load_route";
+/// The cluster every round changes; its connect timeout carries the round.
+const MARKED: &str = "c0";
 
 #[derive(Parser)]
-#[command(about = "Many concurrent ADS streams against a real `vxds serve`")]
+#[command(about = "Many concurrent ADS streams against real `vxds serve` replicas")]
 struct Args {
-    /// Concurrent ADS streams, one connection each.
+    /// Concurrent ADS streams in all, one connection each, spread over the replicas.
     #[arg(long, default_value_t = 10_000)]
     streams: usize,
     /// SotW, Delta, or half of each.
     #[arg(long, value_enum, default_value_t = Protocol::Mixed)]
     protocol: Protocol,
-    /// Variants of the route, one per shard; stream i has shard i % shards.
-    #[arg(long, default_value_t = 16)]
-    shards: usize,
-    /// Clusters every stream receives (CDS wildcard).
-    #[arg(long, default_value_t = 50)]
-    clusters: usize,
-    /// Updates measured, alternating between the route and one cluster.
+    /// The share of Delta streams (0 to 1) that subscribe by locator, one per cluster with
+    /// their shard as its parameter; the others subscribe by wildcard.
+    #[arg(long, default_value_t = 0.0)]
+    locators: f64,
+    /// Clusters every stream receives.
     #[arg(long, default_value_t = 10)]
+    clusters: usize,
+    /// Variants of every cluster, one per shard (`shard = "s0"` ...); stream i has shard
+    /// i % variants.
+    #[arg(long, default_value_t = 4)]
+    variants: usize,
+    /// Updates of cluster c0 measured.
+    #[arg(long, default_value_t = 6)]
     rounds: usize,
     /// Streams connecting at once.
     #[arg(long, default_value_t = 256)]
@@ -66,16 +80,29 @@ struct Args {
     /// The vxds binary (default: the workspace's release build).
     #[arg(long)]
     vxds: Option<PathBuf>,
-    /// Load a server that is already running instead (e.g. on Postgres, or under a profiler):
-    /// its admin API URL. Needs `--xds-url` and `--server-pid` too.
+    /// Replicas of `vxds serve` to start, all on one fresh Postgres database.
+    #[arg(long, default_value_t = 1)]
+    replicas: usize,
+    /// Run one replica on Postgres too (more than one replica always does).
+    #[arg(long)]
+    postgres: bool,
+    /// Source addresses the streams' connections are spread over (e.g. 127.0.0.1,127.0.0.2):
+    /// one source address reaches one server port from at most ~28,000 ephemeral ports.
+    #[arg(long, value_delimiter = ',')]
+    local_addrs: Vec<IpAddr>,
+    /// Extra arguments for every `vxds serve`.
+    #[arg(long, allow_hyphen_values = true)]
+    serve_arg: Vec<String>,
+    /// Load servers that are already running instead (e.g. under a profiler): the admin API
+    /// URL of the replica that takes the writes. Needs `--xds-url` and `--server-pid` too.
     #[arg(long, requires_all = ["xds_url", "server_pid"])]
     admin_url: Option<String>,
-    /// The running server's xDS URL (`http://127.0.0.1:18000`).
-    #[arg(long)]
-    xds_url: Option<String>,
-    /// The running server's process id, for its memory and CPU figures.
-    #[arg(long)]
-    server_pid: Option<u32>,
+    /// The running servers' xDS URLs (`http://127.0.0.1:18000`), comma-separated.
+    #[arg(long, value_delimiter = ',')]
+    xds_url: Vec<String>,
+    /// The running servers' process ids (same order), for memory and CPU figures.
+    #[arg(long, value_delimiter = ',')]
+    server_pid: Vec<u32>,
 }
 
 #[derive(Clone, Copy, PartialEq, Eq, ValueEnum)]
@@ -85,18 +112,26 @@ enum Protocol {
     Mixed,
 }
 
-/// The round markers each stream last received: the route's header value and cluster `c0`'s
-/// connect timeout carry the round number.
+/// How one stream subscribes.
+#[derive(Clone, Copy, PartialEq, Eq)]
+enum Kind {
+    Sotw,
+    Delta,
+    DeltaLocators,
+}
+
+/// What each stream last received: the marked cluster's round, when, and how many clusters
+/// it holds.
 struct Seen {
-    route: AtomicU64,
-    cluster: AtomicU64,
-    route_at: AtomicU64,
-    cluster_at: AtomicU64,
+    round: AtomicU64,
+    at: AtomicU64,
+    held: AtomicUsize,
 }
 
 struct Shared {
     start: Instant,
     seen: Vec<Seen>,
+    clusters: usize,
     failed: AtomicUsize,
     /// Set when measuring is over: streams then end because the server stops, not in error.
     finished: AtomicBool,
@@ -107,54 +142,33 @@ impl Shared {
         u64::try_from(self.start.elapsed().as_nanos()).unwrap_or(u64::MAX)
     }
 
-    fn record_route(&self, stream: usize, round: u64) {
-        let seen = &self.seen[stream];
-        seen.route_at.store(self.now(), Ordering::Relaxed);
-        seen.route.store(round, Ordering::Release);
-    }
-
-    /// Records the round marker a response carries, if any.
-    fn observe<'a>(
-        &self,
-        stream: usize,
-        type_url: &str,
-        mut bodies: impl Iterator<Item = &'a [u8]>,
-    ) {
-        if type_url == ROUTE {
-            if let Some(round) = bodies.find_map(route_round) {
-                self.record_route(stream, round);
-            }
-        } else if let Some(round) = bodies.find_map(cluster_round) {
-            self.record_cluster(stream, round);
+    /// Records the round marker the responses' bodies carry, if any.
+    fn observe<'a>(&self, stream: usize, bodies: impl Iterator<Item = &'a [u8]>) {
+        for round in bodies.filter_map(marked_round) {
+            let seen = &self.seen[stream];
+            seen.at.store(self.now(), Ordering::Relaxed);
+            seen.round.store(round, Ordering::Release);
         }
     }
 
-    /// Whether the stream holds its route and the clusters.
+    /// Whether the stream holds every cluster at round 0 or later.
     fn configured(&self, stream: usize) -> bool {
         let seen = &self.seen[stream];
-        seen.route.load(Ordering::Acquire) != u64::MAX
-            && seen.cluster.load(Ordering::Acquire) != u64::MAX
-    }
-
-    fn record_cluster(&self, stream: usize, round: u64) {
-        let seen = &self.seen[stream];
-        seen.cluster_at.store(self.now(), Ordering::Relaxed);
-        seen.cluster.store(round, Ordering::Release);
+        seen.round.load(Ordering::Acquire) != u64::MAX
+            && seen.held.load(Ordering::Acquire) >= self.clusters
     }
 }
 
-fn route_variants(shards: usize, round: u64) -> Value {
-    let variants: Vec<Value> = (0..shards)
+fn cluster_variants(name: &str, variants: usize, round: u64) -> Value {
+    let variants: Vec<Value> = (0..variants)
         .map(|shard| {
             json!({
                 "constraints": format!("shard = \"s{shard}\""),
                 "resource": {
-                    "@type": ROUTE,
-                    "name": ROUTE_NAME,
-                    "response_headers_to_add": [{"header": {"key": "x-round", "value": round.to_string()}}],
-                    "virtual_hosts": [{"name": format!("shard-{shard}"), "domains": ["*"], "routes": [
-                        {"match": {"prefix": "/"}, "route": {"cluster": format!("c{}", shard % 4)}},
-                    ]}],
+                    "@type": CLUSTER,
+                    "name": name, "type": "EDS", "connect_timeout": format!("{}s", round + 1),
+                    "alt_stat_name": format!("{name}-s{shard}"),
+                    "eds_cluster_config": {"eds_config": {"ads": {}}},
                 },
             })
         })
@@ -162,69 +176,49 @@ fn route_variants(shards: usize, round: u64) -> Value {
     json!(variants)
 }
 
-fn cluster(name: &str, round: u64) -> Value {
-    json!({"op": "put", "type": "cluster", "name": name, "variants": [{"resource": {
-        "@type": "type.googleapis.com/envoy.config.cluster.v3.Cluster",
-        "name": name, "type": "EDS", "connect_timeout": format!("{}s", round + 1),
-        "eds_cluster_config": {"eds_config": {"ads": {}}},
-    }}]})
-}
-
-fn route_round(resource: &[u8]) -> Option<u64> {
-    let route = RouteConfiguration::decode(resource).ok()?;
-    route
-        .response_headers_to_add
-        .first()?
-        .header
-        .as_ref()?
-        .value
-        .parse()
-        .ok()
-}
-
-fn cluster_round(resource: &[u8]) -> Option<u64> {
+fn marked_round(resource: &[u8]) -> Option<u64> {
     let cluster = Cluster::decode(resource).ok()?;
     let seconds = cluster.connect_timeout?.seconds;
-    (cluster.name == "c0")
+    (cluster.name == MARKED)
         .then(|| u64::try_from(seconds - 1).ok())
         .flatten()
 }
 
-fn node(stream: usize, shards: usize) -> Node {
+fn shard(stream: usize, variants: usize) -> String {
+    format!("s{}", stream % variants.max(1))
+}
+
+fn node(stream: usize, variants: usize) -> Node {
     let mut node = Node {
         id: format!("load-{stream}"),
         user_agent_name: "vxds-load".into(),
         ..Default::default()
     };
-    let params = [("shard".to_owned(), format!("s{}", stream % shards))]
+    let params = [("shard".to_owned(), shard(stream, variants))]
         .into_iter()
         .collect();
     node.dynamic_parameters
-        .insert(ROUTE.into(), ContextParams { params });
+        .insert(CLUSTER.into(), ContextParams { params });
     node
 }
 
-/// One SotW ADS stream: subscribe, then ACK every response and record the markers.
+/// One SotW ADS stream: CDS wildcard, then ACK every response and record the markers.
 async fn run_sotw(
     endpoint: Endpoint,
     stream: usize,
-    shards: usize,
+    variants: usize,
     shared: Arc<Shared>,
     slot: OwnedSemaphorePermit,
 ) {
     let result: anyhow::Result<()> = async {
         let channel = endpoint.connect().await?;
         let (tx, rx) = mpsc::channel(8);
-        let subscribe = |type_url: &str, names: Vec<String>, node: Option<Node>| DiscoveryRequest {
-            type_url: type_url.into(),
-            resource_names: names,
-            node,
+        tx.send(DiscoveryRequest {
+            type_url: CLUSTER.into(),
+            node: Some(node(stream, variants)),
             ..Default::default()
-        };
-        tx.send(subscribe(CLUSTER, vec![], Some(node(stream, shards))))
-            .await?;
-        tx.send(subscribe(ROUTE, vec![ROUTE_NAME.into()], None))
-            .await?;
+        })
+        .await?;
         let mut responses = AggregatedDiscoveryServiceClient::new(channel)
             .stream_aggregated_resources(ReceiverStream::new(rx))
             .await?
@@ -238,20 +232,15 @@ async fn run_sotw(
                 resources,
                 ..
             } = response;
-            shared.observe(
-                stream,
-                &type_url,
-                resources.iter().map(|any| any.value.as_slice()),
-            );
-            let names = if type_url == ROUTE {
-                vec![ROUTE_NAME.into()]
-            } else {
-                vec![]
-            };
+            shared.seen[stream]
+                .held
+                .store(resources.len(), Ordering::Release);
+            shared.observe(stream, resources.iter().map(|any| any.value.as_slice()));
             tx.send(DiscoveryRequest {
+                type_url,
                 version_info,
                 response_nonce: nonce,
-                ..subscribe(&type_url, names, None)
+                ..Default::default()
             })
             .await?;
             if shared.configured(stream) {
@@ -264,52 +253,65 @@ async fn run_sotw(
     report_end(stream, result, &shared);
 }
 
-/// One Delta ADS stream.
+/// One Delta ADS stream: CDS by wildcard, or by one locator per cluster.
 async fn run_delta(
     endpoint: Endpoint,
     stream: usize,
-    shards: usize,
+    kind: Kind,
+    args: (usize, usize),
     shared: Arc<Shared>,
     slot: OwnedSemaphorePermit,
 ) {
+    let (clusters, variants) = args;
     let result: anyhow::Result<()> = async {
         let channel = endpoint.connect().await?;
         let (tx, rx) = mpsc::channel(8);
-        let request = |type_url: &str| DeltaDiscoveryRequest {
-            type_url: type_url.into(),
+        let mut first = DeltaDiscoveryRequest {
+            type_url: CLUSTER.into(),
+            node: Some(node(stream, variants)),
             ..Default::default()
         };
-        // An empty first subscription is the legacy wildcard, as Envoy sends for CDS.
-        tx.send(DeltaDiscoveryRequest {
-            node: Some(node(stream, shards)),
-            ..request(CLUSTER)
-        })
-        .await?;
-        tx.send(DeltaDiscoveryRequest {
-            resource_names_subscribe: vec![ROUTE_NAME.into()],
-            ..request(ROUTE)
-        })
-        .await?;
+        if kind == Kind::DeltaLocators {
+            first.resource_locators_subscribe = (0..clusters)
+                .map(|i| ResourceLocator {
+                    name: format!("c{i}"),
+                    dynamic_parameters: [("shard".to_owned(), shard(stream, variants))].into(),
+                })
+                .collect();
+        } // else an empty first subscription: the legacy wildcard, as Envoy sends for CDS
+        tx.send(first).await?;
         let mut responses = AggregatedDiscoveryServiceClient::new(channel)
             .delta_aggregated_resources(ReceiverStream::new(rx))
             .await?
             .into_inner();
         let mut slot = Some(slot);
+        let mut held: HashSet<String> = HashSet::new();
         while let Some(response) = responses.message().await? {
             let DeltaDiscoveryResponse {
                 type_url,
                 nonce,
                 resources,
+                removed_resources,
                 ..
             } = response;
+            for resource in &resources {
+                held.insert(resource.name.clone());
+            }
+            for name in &removed_resources {
+                held.remove(name);
+            }
+            shared.seen[stream]
+                .held
+                .store(held.len(), Ordering::Release);
             let bodies = resources
                 .iter()
                 .filter_map(|r| r.resource.as_ref())
                 .map(|any| any.value.as_slice());
-            shared.observe(stream, &type_url, bodies);
+            shared.observe(stream, bodies);
             tx.send(DeltaDiscoveryRequest {
+                type_url,
                 response_nonce: nonce,
-                ..request(&type_url)
+                ..Default::default()
             })
             .await?;
             if shared.configured(stream) {
@@ -362,6 +364,18 @@ fn process_usage(pid: u32) -> anyhow::Result<(f64, f64, f64)> {
     ))
 }
 
+/// RSS (MiB) summed and CPU (s) summed over the servers.
+fn servers_usage(pids: &[u32]) -> anyhow::Result<(Vec<f64>, f64)> {
+    let mut rss = Vec::new();
+    let mut cpu = 0.0;
+    for pid in pids {
+        let (r, _, c) = process_usage(*pid)?;
+        rss.push(r);
+        cpu += c;
+    }
+    Ok((rss, cpu))
+}
+
 fn percentile(sorted: &[f64], p: f64) -> f64 {
     if sorted.is_empty() {
         return f64::NAN;
@@ -383,33 +397,140 @@ async fn put(client: &reqwest::Client, url: String, body: Value) -> anyhow::Resu
     Ok(started.elapsed())
 }
 
+/// The servers under load.
+struct Targets {
+    /// The admin API that takes the writes (the first replica's).
+    admin: String,
+    xds: Vec<String>,
+    pids: Vec<u32>,
+    /// The Postgres database, for its statistics.
+    database: Option<String>,
+}
+
+/// Raises this process's open-file limit to what the streams need (each is a socket here and
+/// one in a server, which inherits the limit): the soft limit to the hard one, and — where the
+/// process may (root, `CAP_SYS_RESOURCE`) — the hard one too.
+fn raise_open_file_limit(streams: usize) {
+    use rlimit::Resource;
+    let want = u64::try_from(streams).unwrap_or(u64::MAX / 2) + 4096;
+    let (soft, hard) = Resource::NOFILE.get().unwrap_or((1024, 1024));
+    if hard < want && Resource::NOFILE.set(want, want).is_ok() {
+        println!("open-file limit raised from {soft}/{hard} to {want}/{want}");
+        return;
+    }
+    match rlimit::increase_nofile_limit(want) {
+        Ok(limit) if limit < want => println!(
+            "open-file limit {limit} (hard limit {hard}): fewer than the {want} these streams need"
+        ),
+        Ok(_) => {}
+        Err(e) => println!("could not raise the open-file limit: {e}"),
+    }
+}
+
 #[tokio::main]
 async fn main() -> anyhow::Result<()> {
     let args = Args::parse();
     let _ = rustls::crypto::ring::default_provider().install_default();
-    if let (Some(admin), Some(xds), Some(pid)) = (&args.admin_url, &args.xds_url, args.server_pid) {
-        return run(&args, pid, admin, xds).await;
+    raise_open_file_limit(args.streams);
+    if let Some(admin) = &args.admin_url {
+        if args.xds_url.len() != args.server_pid.len() {
+            bail!("--xds-url and --server-pid need one entry per server");
+        }
+        let targets = Targets {
+            admin: admin.clone(),
+            xds: args.xds_url.clone(),
+            pids: args.server_pid.clone(),
+            database: None,
+        };
+        return run(&args, &targets).await;
     }
     let binary = args.vxds.clone().unwrap_or_else(|| {
         PathBuf::from(env!("CARGO_MANIFEST_DIR")).join("../../target/release/vxds")
     });
     let dir = tempfile::tempdir()?;
-    let server = ServeProcess::start(&binary, dir.path(), &[]).with_context(|| {
-        format!(
-            "starting {} (build it: cargo build --release -p vxds)",
-            binary.display()
-        )
-    })?;
-    let xds = format!("http://{}", server.xds_addr);
-    run(&args, server.child.id(), &server.admin_url, &xds).await
+    let postgres = if args.replicas > 1 || args.postgres {
+        Some(TestDb::fresh(Db::Postgres).await)
+    } else {
+        None
+    };
+    let serve_args: Vec<&str> = args.serve_arg.iter().map(String::as_str).collect();
+    let mut servers = Vec::new();
+    for replica in 0..args.replicas.max(1) {
+        let replica_dir = dir.path().join(format!("replica-{replica}"));
+        std::fs::create_dir_all(&replica_dir)?;
+        let started = match &postgres {
+            Some(db) => {
+                ServeProcess::start_on(&binary, &replica_dir, &db.url, "127.0.0.1:0", &serve_args)
+            }
+            None => ServeProcess::start(&binary, &replica_dir, &serve_args),
+        };
+        servers.push(started.with_context(|| {
+            format!(
+                "starting {} (build it: cargo build --release -p vxds)",
+                binary.display()
+            )
+        })?);
+    }
+    let targets = Targets {
+        admin: servers[0].admin_url.clone(),
+        xds: servers
+            .iter()
+            .map(|s| format!("http://{}", s.xds_addr))
+            .collect(),
+        pids: servers.iter().map(|s| s.child.id()).collect(),
+        database: postgres.as_ref().map(|db| db.url.clone()),
+    };
+    let result = run(&args, &targets).await;
+    drop(servers);
+    if let Some(db) = postgres {
+        db.remove().await;
+    }
+    result
 }
 
-async fn run(args: &Args, pid: u32, admin: &str, xds: &str) -> anyhow::Result<()> {
+/// The database's committed transactions and rows read so far (`pg_stat_database`).
+async fn database_activity(url: &str) -> anyhow::Result<(i64, i64)> {
+    use sqlx::Connection;
+    let mut conn = sqlx::PgConnection::connect(url).await?;
+    let row: (i64, i64) = sqlx::query_as(
+        "SELECT xact_commit, tup_returned + tup_fetched FROM pg_stat_database \
+         WHERE datname = current_database()",
+    )
+    .fetch_one(&mut conn)
+    .await?;
+    conn.close().await?;
+    Ok(row)
+}
+
+/// Whether stream `stream` subscribes by SotW, Delta wildcard or Delta locators.
+fn kind_of(args: &Args, stream: usize) -> Kind {
+    let delta_index = match args.protocol {
+        Protocol::Sotw => return Kind::Sotw,
+        Protocol::Delta => stream,
+        Protocol::Mixed if stream % 2 == 0 => return Kind::Sotw,
+        Protocol::Mixed => stream / 2,
+    };
+    // Spread evenly: the k-th Delta stream uses locators when the running share steps up.
+    let share = args.locators.clamp(0.0, 1.0);
+    let before = (delta_index as f64 * share).floor();
+    let after = ((delta_index + 1) as f64 * share).floor();
+    if after > before {
+        Kind::DeltaLocators
+    } else {
+        Kind::Delta
+    }
+}
+
+async fn run(args: &Args, targets: &Targets) -> anyhow::Result<()> {
+    let admin = &targets.admin;
     let client = reqwest::Client::new();
-    let mut ops: Vec<Value> = (0..args.clusters)
-        .map(|i| cluster(&format!("c{i}"), 0))
+    let ops: Vec<Value> = (0..args.clusters)
+        .map(|i| {
+            let name = format!("c{i}");
+            json!({"op": "put", "type": "cluster", "name": name,
+                   "variants": cluster_variants(&name, args.variants, 0)})
+        })
         .collect();
-    ops.push(json!({"op": "put", "type": "route", "name": ROUTE_NAME, "variants": route_variants(args.shards, 0)}));
     let seeded = client
         .post(format!("{admin}/v1/changesets"))
         .json(&json!({"operations": ops}))
@@ -418,137 +539,145 @@ async fn run(args: &Args, pid: u32, admin: &str, xds: &str) -> anyhow::Result<()
     if !seeded.status().is_success() {
         bail!("seeding: {}", seeded.text().await?);
     }
-    let (rss, _, cpu) = process_usage(pid)?;
-    println!("server idle, seeded: RSS {rss:.1} MiB, CPU {cpu:.2} s");
+    let (idle_rss, cpu) = servers_usage(&targets.pids)?;
+    let kinds: Vec<Kind> = (0..args.streams).map(|i| kind_of(args, i)).collect();
+    let count = |k: Kind| kinds.iter().filter(|x| **x == k).count();
     println!(
-        "{} streams ({}), {} route variants, {} clusters per stream",
+        "{} replica(s) idle, seeded: RSS {} MiB, CPU {cpu:.2} s",
+        targets.pids.len(),
+        idle_rss
+            .iter()
+            .map(|r| format!("{r:.1}"))
+            .collect::<Vec<_>>()
+            .join(" + "),
+    );
+    println!(
+        "{} streams ({} SotW wildcard, {} Delta wildcard, {} Delta with {} locators each), {} clusters × {} variants",
         args.streams,
-        match args.protocol {
-            Protocol::Sotw => "SotW",
-            Protocol::Delta => "Delta",
-            Protocol::Mixed => "half SotW, half Delta",
-        },
-        args.shards,
-        args.clusters
+        count(Kind::Sotw),
+        count(Kind::Delta),
+        count(Kind::DeltaLocators),
+        args.clusters,
+        args.clusters,
+        args.variants,
     );
 
     let shared = Arc::new(Shared {
         start: Instant::now(),
         seen: (0..args.streams)
             .map(|_| Seen {
-                route: AtomicU64::new(u64::MAX),
-                cluster: AtomicU64::new(u64::MAX),
-                route_at: AtomicU64::new(0),
-                cluster_at: AtomicU64::new(0),
+                round: AtomicU64::new(u64::MAX),
+                at: AtomicU64::new(0),
+                held: AtomicUsize::new(0),
             })
             .collect(),
+        clusters: args.clusters,
         failed: AtomicUsize::new(0),
         finished: AtomicBool::new(false),
     });
-    let endpoint = Endpoint::from_shared(xds.to_owned())?.connect_timeout(Duration::from_secs(10));
+    let mut endpoints = Vec::new();
+    for xds in &targets.xds {
+        endpoints
+            .push(Endpoint::from_shared(xds.clone())?.connect_timeout(Duration::from_secs(10)));
+    }
+    let replica_of = |stream: usize| stream % endpoints.len();
     // Connecting streams wait for a slot; a stream frees its slot once it holds its config.
     let slots = Arc::new(Semaphore::new(args.connect_concurrency));
     let connect_started = Instant::now();
-    for stream in 0..args.streams {
+    for (stream, kind) in kinds.iter().copied().enumerate() {
         let slot = slots.clone().acquire_owned().await?;
-        let delta = match args.protocol {
-            Protocol::Sotw => false,
-            Protocol::Delta => true,
-            Protocol::Mixed => stream % 2 == 1,
-        };
-        let (endpoint, shared, shards) = (endpoint.clone(), shared.clone(), args.shards);
-        if delta {
-            tokio::spawn(run_delta(endpoint, stream, shards, shared, slot));
-        } else {
-            tokio::spawn(run_sotw(endpoint, stream, shards, shared, slot));
+        let mut endpoint = endpoints[replica_of(stream)].clone();
+        if !args.local_addrs.is_empty() {
+            // Consecutive streams go to different replicas first, then to other sources.
+            let source = (stream / endpoints.len()) % args.local_addrs.len();
+            endpoint = endpoint.local_address(Some(args.local_addrs[source]));
+        }
+        let shared = shared.clone();
+        match kind {
+            Kind::Sotw => {
+                tokio::spawn(run_sotw(endpoint, stream, args.variants, shared, slot));
+            }
+            Kind::Delta | Kind::DeltaLocators => {
+                let shape = (args.clusters, args.variants);
+                tokio::spawn(run_delta(endpoint, stream, kind, shape, shared, slot));
+            }
         }
     }
-    wait_until("initial configuration", Duration::from_secs(300), || {
-        let have = shared
-            .seen
-            .iter()
-            .filter(|s| {
-                s.route.load(Ordering::Acquire) == 0 && s.cluster.load(Ordering::Acquire) == 0
-            })
-            .count();
+    wait_until("initial configuration", Duration::from_secs(600), || {
+        let have = (0..args.streams).filter(|s| shared.configured(*s)).count();
         (have, args.streams, shared.failed.load(Ordering::Relaxed))
     })
     .await?;
     let connect_time = connect_started.elapsed();
     tokio::time::sleep(Duration::from_secs(2)).await; // let ACKs settle before measuring memory
-    let (rss_connected, _, cpu_connected) = process_usage(pid)?;
+    let (rss_connected, cpu_connected) = servers_usage(&targets.pids)?;
+    let over_idle: f64 = rss_connected
+        .iter()
+        .zip(&idle_rss)
+        .map(|(now, idle)| now - idle)
+        .sum();
+    let per_stream_kib = over_idle * 1024.0 / args.streams as f64;
     println!(
-        "all {} streams connected and configured in {:.2} s; server RSS {rss_connected:.1} MiB ({:.1} KiB per stream over idle), CPU {cpu_connected:.2} s",
+        "all {} streams connected and configured in {:.2} s; server RSS {} MiB ({per_stream_kib:.1} KiB per stream over idle), CPU {cpu_connected:.2} s",
         args.streams,
         connect_time.as_secs_f64(),
-        (rss_connected - rss) * 1024.0 / args.streams as f64,
+        rss_connected
+            .iter()
+            .map(|r| format!("{r:.1}"))
+            .collect::<Vec<_>>()
+            .join(" + "),
     );
 
     println!(
-        "\n| round | change | admin PUT | p50 | p99 | max (all streams have it) | server CPU | load generator CPU |"
+        "\n| round | admin PUT | p50 | p99 | max (all streams have it) | slowest replica's p99 | servers' CPU | load generator CPU |"
     );
     println!("|---|---|---|---|---|---|---|---|");
+    let database_before = match &targets.database {
+        Some(url) => Some(database_activity(url).await?),
+        None => None,
+    };
     let mut all_latencies = Vec::new();
+    let mut round_p99s = Vec::new();
     for round in 1..=args.rounds as u64 {
-        let is_route = round % 2 == 1;
-        let (_, _, cpu_before) = process_usage(pid)?;
+        let (_, cpu_before) = servers_usage(&targets.pids)?;
         let (_, _, own_before) = process_usage(std::process::id())?;
         let sent = shared.now();
-        let put_time = if is_route {
-            put(
-                &client,
-                format!("{admin}/v1/resources/route/{ROUTE_NAME}"),
-                json!({"variants": route_variants(args.shards, round)}),
-            )
-            .await?
-        } else {
-            put(
-                &client,
-                format!("{admin}/v1/resources/cluster/c0"),
-                json!({"variants": cluster("c0", round)["variants"]}),
-            )
-            .await?
-        };
-        let marker = |s: &Seen| {
-            if is_route {
-                s.route.load(Ordering::Acquire)
-            } else {
-                s.cluster.load(Ordering::Acquire)
-            }
-        };
+        let put_time = put(
+            &client,
+            format!("{admin}/v1/resources/cluster/{MARKED}"),
+            json!({"variants": cluster_variants(MARKED, args.variants, round)}),
+        )
+        .await?;
         wait_until(&format!("round {round}"), Duration::from_secs(120), || {
-            (
-                shared.seen.iter().filter(|s| marker(s) == round).count(),
-                args.streams,
-                shared.failed.load(Ordering::Relaxed),
-            )
+            let have = shared
+                .seen
+                .iter()
+                .filter(|s| s.round.load(Ordering::Acquire) == round)
+                .count();
+            (have, args.streams, shared.failed.load(Ordering::Relaxed))
         })
         .await?;
-        let (_, _, cpu_after) = process_usage(pid)?;
+        let (_, cpu_after) = servers_usage(&targets.pids)?;
         let (_, _, own_after) = process_usage(std::process::id())?;
-        let mut latencies: Vec<f64> = shared
-            .seen
-            .iter()
-            .map(|s| {
-                let at = if is_route {
-                    s.route_at.load(Ordering::Relaxed)
-                } else {
-                    s.cluster_at.load(Ordering::Relaxed)
-                };
-                at.saturating_sub(sent) as f64 / 1e6
-            })
-            .collect();
+        let latency = |s: &Seen| s.at.load(Ordering::Relaxed).saturating_sub(sent) as f64 / 1e6;
+        let mut latencies: Vec<f64> = shared.seen.iter().map(latency).collect();
         latencies.sort_by(f64::total_cmp);
+        let slowest_replica = (0..endpoints.len())
+            .map(|replica| {
+                let mut of_replica: Vec<f64> = (0..args.streams)
+                    .filter(|s| replica_of(*s) == replica)
+                    .map(|s| latency(&shared.seen[s]))
+                    .collect();
+                of_replica.sort_by(f64::total_cmp);
+                percentile(&of_replica, 99.0)
+            })
+            .fold(f64::NAN, f64::max);
+        let p99 = percentile(&latencies, 99.0);
+        round_p99s.push(p99);
         println!(
-            "| {round} | {} | {:.1} ms | {:.1} ms | {:.1} ms | {:.1} ms | {:.2} s | {:.2} s |",
-            if is_route {
-                "route, every variant"
-            } else {
-                "cluster c0"
-            },
+            "| {round} | {:.1} ms | {:.1} ms | {p99:.1} ms | {:.1} ms | {slowest_replica:.1} ms | {:.2} s | {:.2} s |",
             put_time.as_secs_f64() * 1e3,
             percentile(&latencies, 50.0),
-            percentile(&latencies, 99.0),
             percentile(&latencies, 100.0),
             cpu_after - cpu_before,
             own_after - own_before,
@@ -556,13 +685,37 @@ async fn run(args: &Args, pid: u32, admin: &str, xds: &str) -> anyhow::Result<()
         all_latencies.extend(latencies);
         tokio::time::sleep(Duration::from_millis(500)).await; // ACKs in before the next change
     }
+    if let (Some(url), Some((xacts, rows))) = (&targets.database, database_before) {
+        // Statistics reach pg_stat_database when a backend's transaction ends (and at most
+        // once a second): wait for them.
+        tokio::time::sleep(Duration::from_millis(1500)).await;
+        let (xacts_after, rows_after) = database_activity(url).await?;
+        let rounds = args.rounds.max(1) as f64;
+        println!(
+            "\nPostgres per revision (whole database, {} replica(s), including this query): {:.1} transactions, {:.0} rows read",
+            targets.pids.len(),
+            (xacts_after - xacts) as f64 / rounds,
+            (rows_after - rows) as f64 / rounds,
+        );
+    }
     all_latencies.sort_by(f64::total_cmp);
-    let (rss_end, hwm, cpu_end) = process_usage(pid)?;
-    println!(
-        "\nall rounds: p50 {:.1} ms, p99 {:.1} ms, max {:.1} ms from the admin request to the stream; server RSS {rss_end:.1} MiB (peak {hwm:.1} MiB), CPU {cpu_end:.2} s in all",
+    round_p99s.sort_by(f64::total_cmp);
+    let (rss_end, cpu_end) = servers_usage(&targets.pids)?;
+    let (p50, p99, max) = (
         percentile(&all_latencies, 50.0),
         percentile(&all_latencies, 99.0),
         percentile(&all_latencies, 100.0),
+    );
+    println!(
+        "\nall rounds: p50 {p50:.1} ms, p99 {p99:.1} ms, max {max:.1} ms from the admin request to the stream; server RSS {:.1} MiB in all, CPU {cpu_end:.2} s in all",
+        rss_end.iter().sum::<f64>(),
+    );
+    println!(
+        "RESULT streams={} replicas={} sync_s={:.3} kib_per_stream={per_stream_kib:.1} p50_ms={p50:.1} p99_ms={p99:.1} max_ms={max:.1} median_round_p99_ms={:.1} server_cpu_s={cpu_end:.2}",
+        args.streams,
+        targets.pids.len(),
+        connect_time.as_secs_f64(),
+        percentile(&round_p99s, 50.0),
     );
     shared.finished.store(true, Ordering::Relaxed);
     let failed = shared.failed.load(Ordering::Relaxed);

@@ -514,7 +514,7 @@ fn parameters_come_from_locators_then_node_then_metadata() {
     let from_metadata = sotw(&m.poll(&world.snapshot)[0]);
     assert_eq!(route_tag(&from_metadata.resources[0].value), "test");
     assert_eq!(
-        m.status().lock().unwrap().types[0].params,
+        m.status().lock().unwrap().types[0].params.0,
         BTreeMap::from([("env".to_owned(), "test".to_owned())])
     );
 }

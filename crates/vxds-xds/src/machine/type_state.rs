@@ -39,10 +39,6 @@ impl ItemKey {
         }
     }
 
-    fn is_named(&self, name: &str) -> bool {
-        matches!(self, ItemKey::Name(n) if **n == *name)
-    }
-
     fn held_key(&self) -> HeldKey {
         match self {
             ItemKey::Name(n) => (n.clone(), None),
@@ -55,8 +51,19 @@ impl ItemKey {
 #[derive(Clone, Debug, PartialEq, Eq, PartialOrd, Ord)]
 pub(crate) enum Missing {
     Name(String),
-    Locator(String, ParamSet),
+    /// A locator: its spelling and parameters, both shared (`crate::intern`).
+    Locator(Arc<str>, Arc<ParamSet>),
     Glob(String),
+}
+
+/// The locator subscriptions of one spelling: its normal form and each parameter set it is
+/// subscribed with. Names and parameter sets are interned, shared by every stream that
+/// subscribes alike, so a locator subscription costs a stream a few pointers.
+#[derive(Clone, Debug)]
+struct Locators {
+    normal: Arc<str>,
+    /// Distinct, usually one.
+    params: Vec<Arc<ParamSet>>,
 }
 
 #[derive(Clone, Debug)]
@@ -163,15 +170,16 @@ pub(crate) enum HeldChanges {
 #[derive(Clone, Debug)]
 struct Glob {
     url: XdstpUrl,
-    params: ParamSet,
+    params: Arc<ParamSet>,
     constrained: bool,
 }
 
 /// What a stream wants of a type, for the registry: which changes concern it.
 #[derive(Clone, Debug, Default, PartialEq, Eq)]
 pub struct Interest {
-    /// Resource names in normal form.
-    pub names: BTreeSet<String>,
+    /// Resource names in normal form, shared (`crate::intern`): the registry keeps every
+    /// stream's interest.
+    pub names: BTreeSet<Arc<str>>,
     pub wildcard: bool,
     /// Glob collections, as normal-form URLs (`xdstp://a/T/path/*?ctx`).
     pub collections: BTreeSet<String>,
@@ -187,7 +195,8 @@ pub(crate) enum Ack {
 #[derive(Debug)]
 pub(crate) struct TypeState {
     pub type_url: String,
-    pub default_params: ParamSet,
+    /// Shared with every stream whose parameters are equal (`crate::intern`).
+    pub default_params: Arc<ParamSet>,
     pub seen_request: bool,
 
     legacy_wildcard: bool,
@@ -197,13 +206,15 @@ pub(crate) struct TypeState {
     /// Spellings that differ from their normal form (xdstp context parameters out of order),
     /// by normal form. A spelling in normal form is found in `names` directly.
     names_by_normal: BTreeMap<String, BTreeSet<Arc<str>>>,
-    locators: BTreeMap<(String, ParamSet), String>,
-    locators_by_normal: BTreeMap<String, BTreeSet<(String, ParamSet)>>,
+    /// Locator subscriptions, by spelling.
+    locators: BTreeMap<Arc<str>, Locators>,
+    /// Locator spellings that differ from their normal form, by normal form (as for `names`).
+    locators_by_normal: BTreeMap<Arc<str>, BTreeSet<Arc<str>>>,
     globs: BTreeMap<String, Glob>,
 
     desired: BTreeMap<ItemKey, Item>,
-    /// The desired items of a resource (by normal name), except `ItemKey::Name(normal)`, which
-    /// is found directly: most resources need no entry here.
+    /// The desired items of a resource (by normal name), except those keyed by the normal
+    /// name itself, which are found directly: most resources need no entry here.
     by_normal: BTreeMap<String, Vec<ItemKey>>,
     missing: BTreeSet<Missing>,
     glob_members: BTreeMap<String, BTreeSet<Arc<str>>>,
@@ -259,7 +270,7 @@ impl TypeState {
     pub fn new(type_url: String, default_params: ParamSet) -> Self {
         Self {
             type_url,
-            default_params,
+            default_params: crate::intern::params(default_params),
             seen_request: false,
             legacy_wildcard: false,
             explicit_wildcard: false,
@@ -292,7 +303,33 @@ impl TypeState {
     // ---- subscriptions -------------------------------------------------------------------
 
     pub fn subscription_count(&self) -> usize {
-        self.names.len() + self.locators.len() + self.globs.len()
+        let locators: usize = self.locators.values().map(|l| l.params.len()).sum();
+        self.names.len() + locators + self.globs.len()
+    }
+
+    /// The locator subscriptions, as (spelling, parameters).
+    fn locator_subscriptions(&self) -> impl Iterator<Item = (&Arc<str>, &Arc<ParamSet>)> {
+        self.locators
+            .iter()
+            .flat_map(|(spelling, l)| l.params.iter().map(move |p| (spelling, p)))
+    }
+
+    /// The locator subscriptions of the resource `normal`: (spelling, parameters).
+    fn locators_of<'a>(
+        &'a self,
+        normal: &'a str,
+    ) -> impl Iterator<Item = (&'a Arc<str>, &'a Arc<ParamSet>)> + 'a {
+        let in_normal_form = self.locators.get_key_value(normal);
+        let others = self
+            .locators_by_normal
+            .get(normal)
+            .into_iter()
+            .flatten()
+            .filter_map(|s| self.locators.get_key_value(&**s));
+        in_normal_form
+            .into_iter()
+            .chain(others)
+            .flat_map(|(spelling, l)| l.params.iter().map(move |p| (spelling, p)))
     }
 
     pub fn wildcard(&self) -> bool {
@@ -317,9 +354,10 @@ impl TypeState {
     /// every plain-name, wildcard and glob subscription resolves again. Returns whether they
     /// changed.
     pub fn set_default_params(&mut self, params: ParamSet) -> bool {
-        if self.default_params == params {
+        if *self.default_params == params {
             return false;
         }
+        let params = crate::intern::params(params);
         self.default_params = params.clone();
         for glob in self.globs.values_mut().filter(|g| !g.constrained) {
             glob.params = params.clone();
@@ -358,14 +396,17 @@ impl TypeState {
                 self.stale_normals.insert(normal);
             }
             Some(params) => {
-                let key = (name.to_owned(), params.clone());
-                let Some(normal) = self.locators.get(&key).cloned() else {
+                let Some((spelling, locators)) = self.locators.get_key_value(name) else {
                     return;
                 };
+                let Some(params) = locators.params.iter().find(|p| ***p == *params) else {
+                    return;
+                };
+                let missing = Missing::Locator(spelling.clone(), params.clone());
+                let normal = locators.normal.to_string();
                 let held: Vec<ItemKey> = self.sent_variants(&shared).cloned().collect();
                 held.iter().for_each(|k| self.unsend_to_resend(k));
-                self.reported_missing
-                    .remove(&Missing::Locator(key.0, key.1));
+                self.reported_missing.remove(&missing);
                 self.stale_normals.insert(normal);
             }
         }
@@ -385,7 +426,8 @@ impl TypeState {
             None => self.names.contains_key(name) || self.globs.contains_key(name),
             Some(params) => self
                 .locators
-                .contains_key(&(name.to_owned(), params.clone())),
+                .get(name)
+                .is_some_and(|l| l.params.iter().any(|p| **p == *params)),
         }
     }
 
@@ -393,9 +435,10 @@ impl TypeState {
     /// parameters for the type when `params` is `None` (a plain-name subscription).
     pub fn subscribe(&mut self, name: &str, params: Option<ParamSet>) {
         let constrained = params.is_some();
-        let params_or_default = params
-            .clone()
-            .unwrap_or_else(|| self.default_params.clone());
+        let params_or_default = match &params {
+            Some(params) => crate::intern::params(params.clone()),
+            None => self.default_params.clone(),
+        };
         match SubscriptionName::parse(name) {
             Ok(SubscriptionName::Glob(url)) => {
                 self.globs.insert(
@@ -433,12 +476,23 @@ impl TypeState {
                 }
             }
             Some(params) => {
-                let key = (spelling.to_owned(), params);
-                if self.locators.insert(key.clone(), normal.clone()).is_none() {
+                let params = crate::intern::params(params);
+                let spelling = crate::intern::name(spelling);
+                let locators = self
+                    .locators
+                    .entry(spelling.clone())
+                    .or_insert_with(|| Locators {
+                        normal: crate::intern::name(&normal),
+                        params: Vec::new(),
+                    });
+                if !locators.params.contains(&params) {
+                    locators.params.push(params);
+                }
+                if *spelling != *normal {
                     self.locators_by_normal
-                        .entry(normal.clone())
+                        .entry(locators.normal.clone())
                         .or_default()
-                        .insert(key);
+                        .insert(spelling);
                 }
             }
         }
@@ -473,17 +527,28 @@ impl TypeState {
                 }
             }
             Some(params) => {
-                let key = (name.to_owned(), params);
-                if let Some(normal) = self.locators.remove(&key) {
-                    remove_from(&mut self.locators_by_normal, &normal, &key);
-                    let variants: Vec<ItemKey> =
-                        self.sent_variants(&Arc::from(name)).cloned().collect();
-                    variants.iter().for_each(|k| self.forget(k));
-                    let missing = Missing::Locator(key.0, key.1);
-                    self.missing.remove(&missing);
-                    self.reported_missing.remove(&missing);
-                    self.stale_normals.insert(normal);
+                let Some((spelling, locators)) = self.locators.get_key_value(name) else {
+                    return;
+                };
+                let Some(at) = locators.params.iter().position(|p| **p == params) else {
+                    return;
+                };
+                let spelling = spelling.clone();
+                let normal = locators.normal.clone();
+                let params = match self.locators.get_mut(name) {
+                    Some(locators) => locators.params.remove(at),
+                    None => return,
+                };
+                if self.locators.get(name).is_some_and(|l| l.params.is_empty()) {
+                    self.locators.remove(name);
+                    remove_from(&mut self.locators_by_normal, &normal, name);
                 }
+                let variants: Vec<ItemKey> = self.sent_variants(&spelling).cloned().collect();
+                variants.iter().for_each(|k| self.forget(k));
+                let missing = Missing::Locator(spelling, params);
+                self.missing.remove(&missing);
+                self.reported_missing.remove(&missing);
+                self.stale_normals.insert(normal.to_string());
             }
         }
     }
@@ -544,8 +609,12 @@ impl TypeState {
             .map(|n| &**n)
             .chain(self.globs.keys().map(String::as_str))
             .collect();
-        let wanted_locators: BTreeSet<&(String, ParamSet)> = locators.iter().collect();
-        let current_locators: BTreeSet<&(String, ParamSet)> = self.locators.keys().collect();
+        let wanted_locators: BTreeSet<(&str, &ParamSet)> =
+            locators.iter().map(|(n, p)| (n.as_str(), p)).collect();
+        let current_locators: BTreeSet<(&str, &ParamSet)> = self
+            .locator_subscriptions()
+            .map(|(n, p)| (&**n, &**p))
+            .collect();
         if wanted_names == current_names && wanted_locators == current_locators {
             return false;
         }
@@ -559,11 +628,11 @@ impl TypeState {
             .collect();
         let drop_locators: Vec<(String, ParamSet)> = current_locators
             .difference(&wanted_locators)
-            .map(|l| (*l).clone())
+            .map(|(n, p)| ((*n).to_owned(), (*p).clone()))
             .collect();
         let add_locators: Vec<(String, ParamSet)> = wanted_locators
             .difference(&current_locators)
-            .map(|l| (*l).clone())
+            .map(|(n, p)| ((*n).to_owned(), (*p).clone()))
             .collect();
         for name in drop_names {
             self.unsubscribe(&name, None);
@@ -593,8 +662,8 @@ impl TypeState {
             names: self
                 .names
                 .values()
-                .chain(self.locators.values())
-                .cloned()
+                .map(|n| crate::intern::name(n))
+                .chain(self.locators.values().map(|l| l.normal.clone()))
                 .collect(),
             wildcard: self.wildcard(),
             collections: self.globs.values().map(|g| g.url.to_string()).collect(),
@@ -612,8 +681,7 @@ impl TypeState {
         out.extend(self.names.keys().map(|n| n.to_string()));
         out.extend(self.globs.keys().cloned());
         out.extend(
-            self.locators
-                .keys()
+            self.locator_subscriptions()
                 .map(|(name, params)| format!("{name} {params}")),
         );
         out
@@ -638,7 +706,7 @@ impl TypeState {
             normals.extend(self.by_normal.keys().cloned());
             normals.extend(self.desired.values().map(|i| i.resource.key.name.clone()));
             normals.extend(self.names.values().cloned());
-            normals.extend(self.locators.values().cloned());
+            normals.extend(self.locators.values().map(|l| l.normal.to_string()));
             if self.wildcard() {
                 normals.extend(snapshot.of_type(&self.type_url).map(|r| r.key.name.clone()));
             }
@@ -677,8 +745,16 @@ impl TypeState {
         let resource = snapshot.get(&self.type_url, normal).cloned();
         let mut previous = self.by_normal.remove(normal).unwrap_or_default();
         // The index's shared name serves as the lookup key, if the resource still exists.
-        let shared = resource.as_ref().map(|r| r.name.clone());
-        previous.push(ItemKey::Name(shared.unwrap_or_else(|| Arc::from(normal))));
+        let shared = resource
+            .as_ref()
+            .map(|r| r.name.clone())
+            .unwrap_or_else(|| Arc::from(normal));
+        // The variants held under the normal name itself (locators spelled in normal form,
+        // globs by locator) are found by range: they need no `by_normal` entry.
+        let first = ItemKey::Variant(shared.clone(), ConstraintsId::MIN);
+        let last = ItemKey::Variant(shared.clone(), ConstraintsId::MAX);
+        previous.extend(self.desired.range(first..=last).map(|(k, _)| k.clone()));
+        previous.push(ItemKey::Name(shared));
         for key in previous {
             // The stored key, not the lookup's: keys stay shared.
             if let Some((key, _)) = self.desired.remove_entry(&key) {
@@ -716,18 +792,22 @@ impl TypeState {
                 None => missing.push(m),
             }
         }
-        for (spelling, params) in self.locators_by_normal.get(normal).into_iter().flatten() {
-            let m = Missing::Locator(spelling.clone(), params.clone());
-            self.missing.remove(&m);
-            match resolve(params) {
+        let locators: Vec<(Arc<str>, Arc<ParamSet>)> = self
+            .locators_of(normal)
+            .map(|(s, p)| (s.clone(), p.clone()))
+            .collect();
+        for (spelling, params) in locators {
+            match resolve(&params) {
                 Some((r, v)) => {
                     let id = r.variants[v].id;
-                    found.push((
-                        ItemKey::Variant(Arc::from(spelling.as_str()), id),
-                        item(r, v, true),
-                    ));
+                    found.push((ItemKey::Variant(spelling.clone(), id), item(r, v, true)));
+                    self.missing.remove(&Missing::Locator(spelling, params));
                 }
-                None => missing.push(m),
+                None => {
+                    let m = Missing::Locator(spelling, params);
+                    self.missing.remove(&m);
+                    missing.push(m);
+                }
             }
         }
         if self.wildcard()
@@ -762,7 +842,7 @@ impl TypeState {
             if self.desired.contains_key(&key) {
                 continue;
             }
-            if !key.is_named(normal) {
+            if **key.name() != *normal {
                 others.push(key.clone());
             }
             self.dirty.insert(key.clone());
@@ -786,13 +866,8 @@ impl TypeState {
     fn adopt_reported(&mut self, normal: &str, resource: Option<&Arc<IndexedResource>>) {
         // The names the client may hold as variants of this resource: its locator spellings,
         // and its own name (glob members, wildcard-free).
-        let mut spellings: BTreeSet<Arc<str>> = self
-            .locators_by_normal
-            .get(normal)
-            .into_iter()
-            .flatten()
-            .map(|(s, _)| Arc::from(s.as_str()))
-            .collect();
+        let mut spellings: BTreeSet<Arc<str>> =
+            self.locators_of(normal).map(|(s, _)| s.clone()).collect();
         if let Some(resource) = resource {
             spellings.insert(resource.name.clone());
         }
@@ -808,10 +883,7 @@ impl TypeState {
                 .range(first..=last)
                 .map(|(k, item)| (k.clone(), item.clone()))
                 .collect();
-            let is_locator = self
-                .locators_by_normal
-                .get(normal)
-                .is_some_and(|l| l.iter().any(|(s, _)| **s == *spelling));
+            let is_locator = self.locators_of(normal).any(|(s, _)| **s == *spelling);
             if self.desired.contains_key(&by_name) || (desired_variants.is_empty() && !is_locator) {
                 continue; // held by name (a plain subscription): the report is that one's
             }
@@ -850,11 +922,12 @@ impl TypeState {
 }
 
 /// Removes `value` from the set under `key`, and the set once empty.
-fn remove_from<V: Ord + std::borrow::Borrow<Q>, Q: Ord + ?Sized>(
-    map: &mut BTreeMap<String, BTreeSet<V>>,
-    key: &str,
-    value: &Q,
-) {
+fn remove_from<K, V, Q>(map: &mut BTreeMap<K, BTreeSet<V>>, key: &str, value: &Q)
+where
+    K: Ord + std::borrow::Borrow<str>,
+    V: Ord + std::borrow::Borrow<Q>,
+    Q: Ord + ?Sized,
+{
     if let Some(set) = map.get_mut(key) {
         set.remove(value);
         if set.is_empty() {

@@ -231,7 +231,7 @@ async fn new_node_parameters_switch_variants_mid_stream(db: TestDb) {
     // The operator view follows.
     let clients = server.xds.registry().clients();
     let delta_client = clients.iter().find(|c| c.node_id == "delta").unwrap();
-    assert_eq!(delta_client.types[0].params["env"], "test");
+    assert_eq!(delta_client.types[0].params.0["env"], "test");
 }
 
 async fn sotw_variant_switch_names_the_resource_once(db: TestDb) {

@@ -32,7 +32,7 @@ fn trusted_parameters_override_node_parameters_and_metadata() {
         Some("spiffe://td/ns/prod/sa/envoy")
     );
     assert_eq!(status.trusted_params["env"], "prod");
-    assert_eq!(status.types[0].params["env"], "prod");
+    assert_eq!(status.types[0].params.0["env"], "prod");
     assert_eq!(status.types[0].param_sources["env"], "identity");
 
     // Not claimed at all: the trusted value still applies.

@@ -228,7 +228,7 @@ fn new_dynamic_parameters_mid_stream_switch_the_variant() {
     assert_eq!(switched.len(), 1);
     assert_eq!(route_tag(&sotw(&switched[0]).resources[0].value), "test");
     assert_eq!(
-        m.status().lock().unwrap().types[0].params,
+        m.status().lock().unwrap().types[0].params.0,
         BTreeMap::from([("env".to_owned(), "test".to_owned())])
     );
     // The same node again changes nothing.
@@ -257,7 +257,7 @@ fn new_dynamic_parameters_mid_stream_switch_the_variant() {
         "test"
     );
     assert_eq!(
-        m.status().lock().unwrap().types[0].params,
+        m.status().lock().unwrap().types[0].params.0,
         BTreeMap::from([("env".to_owned(), "test".to_owned())])
     );
 }

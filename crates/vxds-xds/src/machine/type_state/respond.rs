@@ -303,7 +303,7 @@ impl TypeState {
                         continue;
                     }
                     response.removed_resource_names.push(RemovedName {
-                        name: name.clone(),
+                        name: name.to_string(),
                         constraints: None,
                     });
                 }
