@@ -145,9 +145,6 @@ fn measure(
     let snapshot = Arc::new(snapshot(clusters, variants));
     let registry = Arc::new(Registry::new(snapshot.clone()));
     let config = Arc::new(MachineConfig::default());
-    let requests: Vec<DeltaDiscoveryRequest> = (0..streams)
-        .map(|s| first_request(s, locators, clusters, variants))
-        .collect();
     let mut machines: Vec<StreamMachine> = Vec::with_capacity(streams);
     let mut registrations: Vec<Registration> = Vec::with_capacity(streams);
     let mut phases: BTreeMap<usize, (&str, isize, isize)> = BTreeMap::new();
@@ -158,10 +155,12 @@ fn measure(
         last = now;
     };
 
-    for request in requests {
+    for stream in 0..streams {
         let id = registry.next_id();
         let mut machine = StreamMachine::new(id, Protocol::Delta, &ADS, config.clone());
         registrations.push(registry.register(id, machine.status()));
+        // Made and dropped within the phase: only what the stream keeps of it counts.
+        let request = first_request(stream, locators, clusters, variants);
         machine.on_delta_request(request).expect("a valid request");
         machines.push(machine);
     }

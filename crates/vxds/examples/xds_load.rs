@@ -77,7 +77,7 @@ struct Args {
     /// Streams connecting at once.
     #[arg(long, default_value_t = 256)]
     connect_concurrency: usize,
-    /// The vxds binary (default: the workspace's release build).
+    /// The vxds binary (default: the one built beside this example, same profile).
     #[arg(long)]
     vxds: Option<PathBuf>,
     /// Replicas of `vxds serve` to start, all on one fresh Postgres database.
@@ -292,13 +292,22 @@ async fn run_delta(
                 nonce,
                 resources,
                 removed_resources,
+                removed_resource_names,
                 ..
             } = response;
-            for resource in &resources {
-                held.insert(resource.name.clone());
-            }
+            // Removals first: a variant swapped for another is removed and added in one.
             for name in &removed_resources {
                 held.remove(name);
+            }
+            for named in &removed_resource_names {
+                held.remove(&named.name);
+            }
+            // A locator's variant is named by `resource_name` (name and constraints).
+            for resource in &resources {
+                match &resource.resource_name {
+                    Some(named) => held.insert(named.name.clone()),
+                    None => held.insert(resource.name.clone()),
+                };
             }
             shared.seen[stream]
                 .held
@@ -444,9 +453,16 @@ async fn main() -> anyhow::Result<()> {
         };
         return run(&args, &targets).await;
     }
-    let binary = args.vxds.clone().unwrap_or_else(|| {
-        PathBuf::from(env!("CARGO_MANIFEST_DIR")).join("../../target/release/vxds")
-    });
+    // By default the vxds built beside this example (same target folder and profile).
+    let beside = std::env::current_exe()?
+        .parent()
+        .and_then(|examples| examples.parent())
+        .map(|profile| profile.join("vxds"));
+    let binary = args
+        .vxds
+        .clone()
+        .or(beside)
+        .context("no vxds binary: give --vxds")?;
     let dir = tempfile::tempdir()?;
     let postgres = if args.replicas > 1 || args.postgres {
         Some(TestDb::fresh(Db::Postgres).await)
@@ -466,7 +482,7 @@ async fn main() -> anyhow::Result<()> {
         };
         servers.push(started.with_context(|| {
             format!(
-                "starting {} (build it: cargo build --release -p vxds)",
+                "starting {} (build it: cargo build --release -p vxds --bin vxds)",
                 binary.display()
             )
         })?);
