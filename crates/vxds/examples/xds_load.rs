@@ -86,6 +86,12 @@ struct Args {
     /// Run one replica on Postgres too (more than one replica always does).
     #[arg(long)]
     postgres: bool,
+    /// On Postgres, measure the database's transactions and rows read per revision, less its
+    /// background (each replica's head poll) measured over an idle stretch as long as the
+    /// rounds. Backends report to `pg_stat_database` up to 10 s late, so every reading waits
+    /// 11 s first: this adds about 45 s.
+    #[arg(long)]
+    database_stats: bool,
     /// Source addresses the streams' connections are spread over (e.g. 127.0.0.1,127.0.0.2):
     /// one source address reaches one server port from at most ~28,000 ephemeral ports.
     #[arg(long, value_delimiter = ',')]
@@ -648,8 +654,29 @@ async fn run(args: &Args, targets: &Targets) -> anyhow::Result<()> {
         "\n| round | admin PUT | p50 | p99 | max (all streams have it) | slowest replica's p99 | servers' CPU | load generator CPU |"
     );
     println!("|---|---|---|---|---|---|---|---|");
-    let database_before = match &targets.database {
-        Some(url) => Some(database_activity(url).await?),
+    // The database's background activity (each replica's head poll, the probes), measured
+    // over an idle stretch, so that what a revision costs can be told apart from it.
+    let settle = Duration::from_secs(11);
+    let database = targets.database.as_ref().filter(|_| args.database_stats);
+    let idle_rate = match database {
+        Some(url) => {
+            let idle = Duration::from_secs(3 + 2 * args.rounds as u64);
+            tokio::time::sleep(settle).await;
+            let (xacts, rows) = database_activity(url).await?;
+            tokio::time::sleep(idle).await;
+            let idle = idle + settle; // the second reading's own wait is idle too
+            tokio::time::sleep(settle).await;
+            let (xacts_after, rows_after) = database_activity(url).await?;
+            let seconds = idle.as_secs_f64();
+            Some((
+                (xacts_after - xacts) as f64 / seconds,
+                (rows_after - rows) as f64 / seconds,
+            ))
+        }
+        None => None,
+    };
+    let database_before = match database {
+        Some(url) => Some((database_activity(url).await?, Instant::now())),
         None => None,
     };
     let mut all_latencies = Vec::new();
@@ -701,17 +728,19 @@ async fn run(args: &Args, targets: &Targets) -> anyhow::Result<()> {
         all_latencies.extend(latencies);
         tokio::time::sleep(Duration::from_millis(500)).await; // ACKs in before the next change
     }
-    if let (Some(url), Some((xacts, rows))) = (&targets.database, database_before) {
-        // Statistics reach pg_stat_database when a backend's transaction ends (and at most
-        // once a second): wait for them.
-        tokio::time::sleep(Duration::from_millis(1500)).await;
+    if let (Some(url), Some(((xacts, rows), since)), Some((idle_xacts, idle_rows))) =
+        (database, database_before, idle_rate)
+    {
+        tokio::time::sleep(settle).await;
         let (xacts_after, rows_after) = database_activity(url).await?;
+        let seconds = since.elapsed().as_secs_f64();
         let rounds = args.rounds.max(1) as f64;
+        let per_revision = |total: i64, idle: f64| (total as f64 - idle * seconds) / rounds;
         println!(
-            "\nPostgres per revision (whole database, {} replica(s), including this query): {:.1} transactions, {:.0} rows read",
+            "\nPostgres per revision, {} replica(s), background subtracted ({idle_xacts:.1} transactions and {idle_rows:.0} rows read per second when idle): {:.1} transactions, {:.0} rows read",
             targets.pids.len(),
-            (xacts_after - xacts) as f64 / rounds,
-            (rows_after - rows) as f64 / rounds,
+            per_revision(xacts_after - xacts, idle_xacts),
+            per_revision(rows_after - rows, idle_rows),
         );
     }
     all_latencies.sort_by(f64::total_cmp);
