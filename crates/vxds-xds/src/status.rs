@@ -39,8 +39,8 @@ pub struct ClientStatus {
 #[cfg_attr(feature = "openapi", derive(utoipa::ToSchema))]
 pub struct TypeStatus {
     pub type_url: String,
-    /// The dynamic parameters plain-name subscriptions resolve with (shared with the stream's
-    /// state, and every stream with equal parameters).
+    /// The dynamic parameters plain-name subscriptions resolve with.
+    // Shared with the stream's state and every stream with equal parameters (`intern`).
     #[cfg_attr(feature = "openapi", schema(value_type = BTreeMap<String, String>))]
     pub params: Arc<vxds_core::ParamSet>,
     /// Where each of `params` came from: `identity` (trusted), `node.dynamic_parameters` or

@@ -529,7 +529,7 @@ fn kind_of(args: &Args, stream: usize) -> Kind {
     let delta_index = match args.protocol {
         Protocol::Sotw => return Kind::Sotw,
         Protocol::Delta => stream,
-        Protocol::Mixed if stream % 2 == 0 => return Kind::Sotw,
+        Protocol::Mixed if stream.is_multiple_of(2) => return Kind::Sotw,
         Protocol::Mixed => stream / 2,
     };
     // Spread evenly: the k-th Delta stream uses locators when the running share steps up.

@@ -444,3 +444,51 @@ fn sotw_two_locators_of_one_name_get_both_variants() {
     tags.sort();
     assert_eq!(tags, ["prod", "rest"]);
 }
+
+/// A locator spelled with its xdstp context parameters out of order is kept by its spelling and
+/// found by its normal form: it gets its variant, follows changes and is forgotten when
+/// unsubscribed; a second locator with equal parameters on another stream gets the same.
+#[test]
+fn delta_locators_spelled_out_of_normal_form_follow_their_resource() {
+    let normal = "xdstp://auth/envoy.config.route.v3.RouteConfiguration/web?a=1&b=2";
+    let spelled = "xdstp://auth/envoy.config.route.v3.RouteConfiguration/web?b=2&a=1";
+    let routes = |world: &mut World, tag: &str| {
+        world.apply(json!([put(
+            "route",
+            normal,
+            &[
+                (r#"env = "prod""#, route(normal, &format!("prod-{tag}"))),
+                (r#"env = "test""#, route(normal, &format!("test-{tag}"))),
+            ]
+        )]))
+    };
+    let mut world = World::new();
+    routes(&mut world, "1");
+    let prod = [locator(spelled, &[("env", "prod")])];
+    let mut streams = [delta_machine(), delta_machine()];
+    for m in &mut streams {
+        m.on_delta_request(delta_locators(&prod, "")).unwrap();
+        let first = delta(&m.poll(&world.snapshot)[0]);
+        assert_eq!(names(&first), [spelled]);
+        let body = &first.resources[0].resource.as_ref().unwrap().value;
+        assert_eq!(route_tag(body), "prod-1");
+        ack_delta(m, &first);
+    }
+    let changed = routes(&mut world, "2");
+    for m in &mut streams {
+        m.on_changes(&changed);
+        let update = delta(&m.poll(&world.snapshot)[0]);
+        assert_eq!(names(&update), [spelled]);
+        let body = &update.resources[0].resource.as_ref().unwrap().value;
+        assert_eq!(route_tag(body), "prod-2");
+        ack_delta(m, &update);
+    }
+    let m = &mut streams[0];
+    let mut unsubscribe = delta_locators(&[], "");
+    unsubscribe.resource_locators_unsubscribe = prod.to_vec();
+    m.on_delta_request(unsubscribe).unwrap();
+    assert!(m.interest()[ROUTE].names.is_empty());
+    let changed = routes(&mut world, "3");
+    m.on_changes(&changed);
+    assert!(m.poll(&world.snapshot).is_empty(), "forgotten, not updated");
+}
