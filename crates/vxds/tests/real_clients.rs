@@ -25,6 +25,8 @@ mod failover;
 mod mtls;
 #[path = "real_clients/protocol.rs"]
 mod protocol;
+#[path = "real_clients/ttl.rs"]
+mod ttl;
 
 use std::net::TcpListener;
 use std::path::{Path, PathBuf};
