@@ -19,6 +19,8 @@
 #![allow(clippy::unwrap_used)] // tests fail loudly on purpose
 
 // A test crate's root resolves modules beside it, not in a folder named after it.
+#[path = "real_clients/collections.rs"]
+mod collections;
 #[path = "real_clients/failover.rs"]
 mod failover;
 #[path = "real_clients/mtls.rs"]
