@@ -27,6 +27,41 @@ pub const RESOURCE_LOCATOR_TYPE_URL: &str = "type.googleapis.com/xds.core.v3.Res
 /// collections with inline entries instead of locators.
 pub const INLINE_ENTRIES_FEATURE: &str = "xds.collections.inline-entries";
 
+/// The stored setting of a list collection, named by the collection's URN.
+pub const LIST_COLLECTION_OPTIONS: &str = "vxds.config.v1.ListCollectionOptions";
+pub const LIST_COLLECTION_OPTIONS_TYPE_URL: &str =
+    "type.googleapis.com/vxds.config.v1.ListCollectionOptions";
+
+/// Whether a `ListCollectionOptions` body (an encoded `Any`) asks for inline entries.
+pub fn options_inline(any_bytes: &[u8]) -> bool {
+    #[derive(Clone, PartialEq, prost::Message)]
+    struct ListCollectionOptions {
+        #[prost(bool, tag = "1")]
+        inline_entries: bool,
+    }
+    prost_types::Any::decode(any_bytes)
+        .ok()
+        .filter(|any| any.type_url == LIST_COLLECTION_OPTIONS_TYPE_URL)
+        .and_then(|any| ListCollectionOptions::decode(any.value.as_slice()).ok())
+        .is_some_and(|o| o.inline_entries)
+}
+
+/// The name rule of a `ListCollectionOptions` resource: the URN of a list collection.
+pub fn check_options_name(urn: &XdstpUrn) -> Result<(), RuleError> {
+    if member_type(urn.resource_type()).is_some() {
+        return Ok(());
+    }
+    Err(RuleError::new(
+        Pointer::root(),
+        "not_a_list_collection",
+        format!(
+            "collection options are named by a list collection's URN \
+             (`xdstp://<authority>/<T>Collection/<path>`); `{}` is not a list collection type",
+            urn.resource_type()
+        ),
+    ))
+}
+
 /// A rule broken, relative to the body (or the name) it concerns.
 #[derive(Clone, Debug, PartialEq, Eq)]
 pub struct RuleError {

@@ -481,3 +481,18 @@ fn alt_directives_in_handed_out_names_keep_their_type() {
         "invalid_directive"
     );
 }
+
+#[test]
+fn collection_options_are_named_by_a_list_collection() {
+    let options = |name: &str| {
+        op(json!({"type": "vxds.config.v1.ListCollectionOptions", "name": name, "variants": [{
+            "resource": {"@type": "type.googleapis.com/vxds.config.v1.ListCollectionOptions", "inline_entries": true}}]}))
+    };
+    assert!(run(vec![options("xdstp://a/envoy.config.listener.v3.ListenerCollection/c")]).is_ok());
+    for name in ["xdstp://a/envoy.config.listener.v3.Listener/c", "plain"] {
+        assert_eq!(
+            problems(vec![options(name)]),
+            [("/operations/0/name".to_owned(), "not_a_list_collection".to_owned())]
+        );
+    }
+}

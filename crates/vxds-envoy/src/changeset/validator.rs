@@ -72,8 +72,31 @@ impl Validator<'_> {
             ));
             return None;
         }
+        let options = ty.message_name() == crate::collections::LIST_COLLECTION_OPTIONS;
         match ResourceName::parse(name) {
+            Ok(ResourceName::Opaque(_)) if options => {
+                self.error(fail(
+                    "not_a_list_collection",
+                    "collection options are named by a list collection's xdstp:// URN".into(),
+                ));
+                None
+            }
             Ok(ResourceName::Opaque(name)) => Some(name),
+            Ok(ResourceName::Xdstp(urn)) if options => {
+                let checked = crate::collections::check_options_name(&urn)
+                    .map_err(|e| (e.code.to_owned(), e.message))
+                    .and_then(|()| {
+                        urn.check_authority(&self.config.authorities)
+                            .map_err(|e| (e.code().to_owned(), e.to_string()))
+                    });
+                match checked {
+                    Ok(()) => Some(urn.to_string()),
+                    Err((code, message)) => {
+                        self.error(fail(&code, message));
+                        None
+                    }
+                }
+            }
             Ok(ResourceName::Xdstp(urn)) => {
                 let checked = urn
                     .check_type(ty.type_url())

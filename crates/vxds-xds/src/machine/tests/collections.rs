@@ -329,3 +329,55 @@ fn redirects_are_sent_as_resource_locators() {
         ["a=prod".to_owned(), format!("{target}?")]
     );
 }
+
+/// The operator's `ListCollectionOptions` turns inline entries on, per variant: subscribers
+/// matching its `inline_entries: true` variant get bodies, the others locators; changing it
+/// re-sends the collection.
+#[test]
+fn stored_options_serve_a_collection_inline() {
+    let mut world = World::new();
+    edge_listeners(&mut world);
+    let options = |prod_inline: bool| {
+        json!([put(
+            "vxds.config.v1.ListCollectionOptions",
+            EDGE,
+            &[
+                (
+                    r#"env = "prod""#,
+                    json!({"@type": "type.googleapis.com/vxds.config.v1.ListCollectionOptions", "inline_entries": prod_inline})
+                ),
+                (
+                    r#"env != "prod""#,
+                    json!({"@type": "type.googleapis.com/vxds.config.v1.ListCollectionOptions"})
+                ),
+            ]
+        )])
+    };
+    world.apply(options(true));
+    let subscribe = |env: &str| {
+        let mut m = delta_machine();
+        let mut request = delta_request(LISTENER_COLLECTION, &[EDGE], &[], "");
+        request.node = Some(node_with(LISTENER_COLLECTION, &[("env", env)]));
+        m.on_delta_request(request).unwrap();
+        m
+    };
+    let mut prod = subscribe("prod");
+    let r = delta(&prod.poll(&world.snapshot)[0]);
+    assert_eq!(entries(&collection_of(&r.resources[0])), ["a=prod", "b=b"]);
+    prod.on_delta_request(delta_request(LISTENER_COLLECTION, &[], &[], &r.nonce))
+        .unwrap();
+    let mut test = subscribe("test");
+    let r = delta(&test.poll(&world.snapshot)[0]);
+    assert_eq!(
+        entries(&collection_of(&r.resources[0])),
+        [member("a"), member("b")]
+    );
+
+    let changed = world.apply(options(false));
+    prod.on_changes(&changed);
+    let r = delta(&prod.poll(&world.snapshot)[0]);
+    assert_eq!(
+        entries(&collection_of(&r.resources[0])),
+        [member("a"), member("b")]
+    );
+}

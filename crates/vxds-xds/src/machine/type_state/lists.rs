@@ -3,7 +3,9 @@
 //! collection built from exactly the members the glob `xdstp://A/<T>/path/*?ctx` would deliver,
 //! each resolved to the subscriber's variant (a member none of whose variants matches is left
 //! out; no member at all: the collection does not exist). Entries are locators, or inline when
-//! the client advertises [`INLINE_ENTRIES_FEATURE`]. `#entry=name` answers with one entry.
+//! the client advertises [`INLINE_ENTRIES_FEATURE`] or the operator stored a
+//! `vxds.config.v1.ListCollectionOptions` of the collection's name that asks for them (for this
+//! subscriber's variant of it). `#entry=name` answers with one entry.
 //!
 //! A collection is a resource made per subscriber, so it is made here, where the subscriber's
 //! parameters are known; its version is a hash of what it lists, so it is sent again exactly
@@ -49,13 +51,18 @@ impl TypeState {
                     ..Interest::default()
                 },
             ));
-            out.push((
-                list.collection_type_url.clone(),
-                Interest {
-                    names: BTreeSet::from([normal.clone()]),
-                    ..Interest::default()
-                },
-            ));
+            for type_url in [
+                list.collection_type_url.as_str(),
+                collections::LIST_COLLECTION_OPTIONS_TYPE_URL,
+            ] {
+                out.push((
+                    type_url.to_owned(),
+                    Interest {
+                        names: BTreeSet::from([normal.clone()]),
+                        ..Interest::default()
+                    },
+                ));
+            }
         }
         out
     }
@@ -71,7 +78,9 @@ impl TypeState {
             .lists
             .iter()
             .filter(|(normal, list)| {
-                (key.type_url == list.collection_type_url && key.name == **normal)
+                ((key.type_url == list.collection_type_url
+                    || key.type_url == collections::LIST_COLLECTION_OPTIONS_TYPE_URL)
+                    && key.name == **normal)
                     || (key.type_url == list.member_type_url
                         && member.as_ref().is_some_and(|m| list.members.glob_matches(m)))
             })
@@ -124,6 +133,12 @@ pub(super) fn resolve_list(
         return made(&list.member_type_url, Bytes::from(body), Arc::from(version));
     }
 
+    // The operator's setting for this subscriber (options have variants like any resource).
+    let inline = inline
+        || snapshot
+            .get(collections::LIST_COLLECTION_OPTIONS_TYPE_URL, &normal)
+            .and_then(|options| options.resolve(params))
+            .is_some_and(|options| collections::options_inline(&options.body));
     let text = list.members.to_string();
     let prefix = text
         .split('?')
