@@ -625,8 +625,12 @@ impl ValidatedChangeset {
                     .iter()
                     .find(|op| op.key.type_url == p.source.0 && op.key.name == p.source.1)
                     .map_or(0, |op| op.index);
-                Problem::new(Pointer::root().push("operations").push(op), p.code, p.message)
-                    .at(op, None)
+                Problem::new(
+                    Pointer::root().push("operations").push(op),
+                    p.code,
+                    p.message,
+                )
+                .at(op, None)
             })
             .collect()
     }

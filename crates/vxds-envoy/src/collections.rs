@@ -86,7 +86,9 @@ impl RuleError {
 /// `envoy.config.listener.v3.ListenerCollection`, when both are messages of the API and the
 /// collection's `entries` field holds `xds.core.v3.CollectionEntry`.
 pub fn member_type(collection_type: &str) -> Option<&str> {
-    let message = collection_type.strip_prefix(TYPE_URL_PREFIX).unwrap_or(collection_type);
+    let message = collection_type
+        .strip_prefix(TYPE_URL_PREFIX)
+        .unwrap_or(collection_type);
     let member = message.strip_suffix("Collection")?;
     descriptors::message(member)?;
     let collection = descriptors::message(message)?;
@@ -220,7 +222,9 @@ fn decode_entries(value: &[u8]) -> Vec<CollectionEntry> {
         #[prost(message, repeated, tag = "1")]
         entries: Vec<CollectionEntry>,
     }
-    Entries::decode(value).map(|e| e.entries).unwrap_or_default()
+    Entries::decode(value)
+        .map(|e| e.entries)
+        .unwrap_or_default()
 }
 
 /// The rules of a stored list collection (a body of a `<T>Collection` type): entry names
@@ -278,7 +282,10 @@ pub fn check_stored_collection(message: &DynamicMessage, member_type: &str) -> V
                         errors.push(RuleError::new(
                             at.push("name"),
                             "duplicate_entry_name",
-                            format!("entry name `{}` is already used by entry {first}", inline.name),
+                            format!(
+                                "entry name `{}` is already used by entry {first}",
+                                inline.name
+                            ),
                         ));
                     }
                 }
@@ -351,16 +358,20 @@ pub fn locator_url(locator: &ResourceLocator) -> Result<XdstpUrl, String> {
         return Err("only `xdstp` locators are served".into());
     }
     let context = match &locator.context_param_specifier {
-        Some(resource_locator::ContextParamSpecifier::ExactContext(c)) => {
-            c.params.iter().map(|(k, v)| (k.clone(), v.clone())).collect()
-        }
+        Some(resource_locator::ContextParamSpecifier::ExactContext(c)) => c
+            .params
+            .iter()
+            .map(|(k, v)| (k.clone(), v.clone()))
+            .collect(),
         None => BTreeMap::new(),
     };
     let directives = locator
         .directives
         .iter()
         .map(|d| match &d.directive {
-            Some(directive::Directive::Alt(alt)) => locator_url(alt).map(|u| Directive::Alt(Box::new(u))),
+            Some(directive::Directive::Alt(alt)) => {
+                locator_url(alt).map(|u| Directive::Alt(Box::new(u)))
+            }
             Some(directive::Directive::Entry(e)) => Ok(Directive::Entry(e.clone())),
             None => Err("an empty directive".to_owned()),
         })
@@ -411,8 +422,12 @@ pub fn check_redirect(
     target: &str,
 ) -> Result<XdstpUrn, RuleError> {
     let fail = |code, message: String| RuleError::new(Pointer::root(), code, message);
-    let url = XdstpUrl::parse(target)
-        .map_err(|e| fail("invalid_redirect", format!("`{target}` is not an xdstp:// URL: {e}")))?;
+    let url = XdstpUrl::parse(target).map_err(|e| {
+        fail(
+            "invalid_redirect",
+            format!("`{target}` is not an xdstp:// URL: {e}"),
+        )
+    })?;
     if url.is_glob() {
         return Err(fail(
             "invalid_redirect",
@@ -467,18 +482,29 @@ pub fn check_redirect_graph(
             let source = (type_url.clone(), name.clone());
             let (at, code, message) = if next.contains(name) {
                 (
-                    if changed.contains(&source) { source.clone() } else { target_key.clone() },
+                    if changed.contains(&source) {
+                        source.clone()
+                    } else {
+                        target_key.clone()
+                    },
                     "redirect_cycle",
                     format!("`{name}` and `{target}` redirect to each other"),
                 )
             } else {
                 (
-                    if changed.contains(&source) { source.clone() } else { target_key.clone() },
+                    if changed.contains(&source) {
+                        source.clone()
+                    } else {
+                        target_key.clone()
+                    },
                     "redirect_chain",
                     format!(
                         "`{name}` redirects to `{target}`, which redirects again (to {}); a \
                          redirect is one hop",
-                        next.iter().map(|t| format!("`{t}`")).collect::<Vec<_>>().join(", ")
+                        next.iter()
+                            .map(|t| format!("`{t}`"))
+                            .collect::<Vec<_>>()
+                            .join(", ")
                     ),
                 )
             };
@@ -579,14 +605,18 @@ mod tests {
             Some("envoy.config.cluster.v3.Cluster")
         );
         assert_eq!(member_type("envoy.config.listener.v3.Listener"), None);
-        assert_eq!(member_type("envoy.config.route.v3.RouteConfigurationCollection"), None);
+        assert_eq!(
+            member_type("envoy.config.route.v3.RouteConfigurationCollection"),
+            None
+        );
     }
 
     #[test]
     fn a_list_collection_stands_for_its_glob() {
-        let list =
-            ListCollection::parse("xdstp://a/envoy.config.listener.v3.ListenerCollection/foo?b=2&a=1#entry=bar")
-                .unwrap();
+        let list = ListCollection::parse(
+            "xdstp://a/envoy.config.listener.v3.ListenerCollection/foo?b=2&a=1#entry=bar",
+        )
+        .unwrap();
         assert_eq!(
             list.members.to_string(),
             "xdstp://a/envoy.config.listener.v3.Listener/foo/*?a=1&b=2"
@@ -596,8 +626,12 @@ mod tests {
             list.urn.to_string(),
             "xdstp://a/envoy.config.listener.v3.ListenerCollection/foo?a=1&b=2"
         );
-        let root = ListCollection::parse("xdstp://a/envoy.config.listener.v3.ListenerCollection").unwrap();
-        assert_eq!(root.members.to_string(), "xdstp://a/envoy.config.listener.v3.Listener/*");
+        let root =
+            ListCollection::parse("xdstp://a/envoy.config.listener.v3.ListenerCollection").unwrap();
+        assert_eq!(
+            root.members.to_string(),
+            "xdstp://a/envoy.config.listener.v3.Listener/*"
+        );
         assert!(ListCollection::parse("xdstp://a/envoy.config.listener.v3.Listener/foo").is_none());
     }
 
@@ -609,7 +643,10 @@ mod tests {
             "xdstp://a/envoy.config.listener.v3.ListenerCollection/c#entry=e",
         ] {
             let url = XdstpUrl::parse(text).unwrap();
-            assert_eq!(redirect_target(&redirect_body(&url)).unwrap(), url.to_string());
+            assert_eq!(
+                redirect_target(&redirect_body(&url)).unwrap(),
+                url.to_string()
+            );
         }
     }
 
@@ -619,15 +656,25 @@ mod tests {
         let me = "xdstp://a/envoy.config.listener.v3.Listener/me";
         assert!(check_redirect(l, me, "xdstp://a/envoy.config.listener.v3.Listener/other").is_ok());
         assert_eq!(
-            check_redirect(l, me, "xdstp://a/envoy.config.cluster.v3.Cluster/x").unwrap_err().code,
+            check_redirect(l, me, "xdstp://a/envoy.config.cluster.v3.Cluster/x")
+                .unwrap_err()
+                .code,
             "redirect_type_mismatch"
         );
-        assert_eq!(check_redirect(l, me, me).unwrap_err().code, "redirect_cycle");
         assert_eq!(
-            check_redirect(l, me, "xdstp://a/envoy.config.listener.v3.Listener/x/*").unwrap_err().code,
+            check_redirect(l, me, me).unwrap_err().code,
+            "redirect_cycle"
+        );
+        assert_eq!(
+            check_redirect(l, me, "xdstp://a/envoy.config.listener.v3.Listener/x/*")
+                .unwrap_err()
+                .code,
             "invalid_redirect"
         );
-        assert_eq!(check_redirect(l, me, "nope").unwrap_err().code, "invalid_redirect");
+        assert_eq!(
+            check_redirect(l, me, "nope").unwrap_err().code,
+            "invalid_redirect"
+        );
 
         let key = |n: &str| ("t".to_owned(), n.to_owned());
         let mut edges = BTreeMap::new();
@@ -638,7 +685,11 @@ mod tests {
         assert_eq!(problems[0].code, "redirect_chain");
         edges.insert(key("b"), BTreeSet::from(["a".to_owned()]));
         let problems = check_redirect_graph(&edges, &BTreeSet::from([key("b")]));
-        assert!(problems.iter().all(|p| p.code == "redirect_cycle" && p.source == key("b")));
+        assert!(
+            problems
+                .iter()
+                .all(|p| p.code == "redirect_cycle" && p.source == key("b"))
+        );
         edges.remove(&key("b"));
         assert!(check_redirect_graph(&edges, &BTreeSet::from([key("a")])).is_empty());
     }

@@ -201,13 +201,8 @@ impl Body {
         };
         let any =
             prost_types::Any::decode(any_bytes.as_slice()).map_err(|e| invalid(e.to_string()))?;
-        let ty = &body_type(ty, &any.type_url).ok_or_else(|| {
-            invalid(format!(
-                "holds `{}`, not `{}`",
-                any.type_url,
-                ty.type_url()
-            ))
-        })?;
+        let ty = &body_type(ty, &any.type_url)
+            .ok_or_else(|| invalid(format!("holds `{}`, not `{}`", any.type_url, ty.type_url())))?;
         let message = DynamicMessage::decode(ty.descriptor().clone(), any.value.as_slice())
             .map_err(|e| invalid(e.to_string()))?;
         let canonical_json = canonical_json(&to_json(&message, Some(ty.type_url())));
@@ -228,13 +223,8 @@ impl Body {
             message,
         };
         let any = prost_types::Any::decode(any_bytes).map_err(|e| invalid(e.to_string()))?;
-        let ty = &body_type(ty, &any.type_url).ok_or_else(|| {
-            invalid(format!(
-                "holds `{}`, not `{}`",
-                any.type_url,
-                ty.type_url()
-            ))
-        })?;
+        let ty = &body_type(ty, &any.type_url)
+            .ok_or_else(|| invalid(format!("holds `{}`, not `{}`", any.type_url, ty.type_url())))?;
         let message = DynamicMessage::decode(ty.descriptor().clone(), any.value.as_slice())
             .map_err(|e| invalid(e.to_string()))?;
         Ok(to_json(&message, Some(ty.type_url())))
@@ -244,7 +234,11 @@ impl Body {
     /// print it.
     pub fn to_json(&self, ty: &ResourceType) -> Value {
         let own = format!("{TYPE_URL_PREFIX}{}", self.message.descriptor().full_name());
-        let type_url = if self.is_redirect() { own.as_str() } else { ty.type_url() };
+        let type_url = if self.is_redirect() {
+            own.as_str()
+        } else {
+            ty.type_url()
+        };
         to_json(&self.message, Some(type_url))
     }
 

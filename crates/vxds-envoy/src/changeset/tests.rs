@@ -112,8 +112,7 @@ fn ttl_is_validated_and_versioned() {
         Action::Put(r) => r.variants[0].clone(),
         Action::Delete => unreachable!(),
     };
-    let plain =
-        variant(&run(vec![put("route", "r", vec![(json!(null), route("r"))])]).unwrap());
+    let plain = variant(&run(vec![put("route", "r", vec![(json!(null), route("r"))])]).unwrap());
     let thirty = variant(&run(vec![with_ttl("30s")]).unwrap());
     assert_eq!(plain.ttl, None);
     assert_eq!(thirty.ttl, Some(std::time::Duration::from_secs(30)));
@@ -368,7 +367,11 @@ fn redirects_are_checked_on_their_own() {
     let redirect = |name: &str, target: &str| {
         op(json!({"type": "listener", "name": name, "variants": [{"redirect": target}]}))
     };
-    let ok = run(vec![redirect(L, "xdstp://a/envoy.config.listener.v3.Listener/m")]).unwrap();
+    let ok = run(vec![redirect(
+        L,
+        "xdstp://a/envoy.config.listener.v3.Listener/m",
+    )])
+    .unwrap();
     let Action::Put(resource) = &ok.changeset.operations[0].action else {
         panic!("put")
     };
@@ -377,14 +380,23 @@ fn redirects_are_checked_on_their_own() {
         BTreeSet::from(["xdstp://a/envoy.config.listener.v3.Listener/m".to_owned()])
     );
     for (target, code) in [
-        ("xdstp://a/envoy.config.cluster.v3.Cluster/c", "redirect_type_mismatch"),
+        (
+            "xdstp://a/envoy.config.cluster.v3.Cluster/c",
+            "redirect_type_mismatch",
+        ),
         (L, "redirect_cycle"),
-        ("xdstp://a/envoy.config.listener.v3.Listener/g/*", "invalid_redirect"),
+        (
+            "xdstp://a/envoy.config.listener.v3.Listener/g/*",
+            "invalid_redirect",
+        ),
         ("not a url", "invalid_redirect"),
     ] {
         assert_eq!(
             problems(vec![redirect(L, target)]),
-            [("/operations/0/variants/0/redirect".to_owned(), code.to_owned())],
+            [(
+                "/operations/0/variants/0/redirect".to_owned(),
+                code.to_owned()
+            )],
             "{target}"
         );
     }
@@ -394,7 +406,10 @@ fn redirects_are_checked_on_their_own() {
             "xdstp://a/envoy.config.listener.v3.Listener/g/*",
             "xdstp://a/envoy.config.listener.v3.Listener/m"
         )]),
-        [("/operations/0/name".to_owned(), "redirect_of_glob".to_owned())]
+        [(
+            "/operations/0/name".to_owned(),
+            "redirect_of_glob".to_owned()
+        )]
     );
     // A body or a redirect, not both.
     let both = op(json!({"type": "listener", "name": L, "variants": [{
@@ -403,9 +418,11 @@ fn redirects_are_checked_on_their_own() {
     assert_eq!(problems(vec![both])[0].1, "redirect_with_body");
     // The stored form (a ResourceLocator body) is accepted as well, with the same checks.
     let body = |resource_type: &str| {
-        op(json!({"type": "listener", "name": L, "variants": [{"resource": {
+        op(
+            json!({"type": "listener", "name": L, "variants": [{"resource": {
             "@type": "type.googleapis.com/xds.core.v3.ResourceLocator",
-            "authority": "a", "resource_type": resource_type, "id": "m"}}]}))
+            "authority": "a", "resource_type": resource_type, "id": "m"}}]}),
+        )
     };
     assert!(run(vec![body("envoy.config.listener.v3.Listener")]).is_ok());
     assert_eq!(
@@ -416,12 +433,16 @@ fn redirects_are_checked_on_their_own() {
 
 #[test]
 fn stored_list_collections_are_checked() {
-    let listener = json!({"@type": "type.googleapis.com/envoy.config.listener.v3.Listener", "name": "x"});
-    let cluster = json!({"@type": "type.googleapis.com/envoy.config.cluster.v3.Cluster", "name": "x"});
+    let listener =
+        json!({"@type": "type.googleapis.com/envoy.config.listener.v3.Listener", "name": "x"});
+    let cluster =
+        json!({"@type": "type.googleapis.com/envoy.config.cluster.v3.Cluster", "name": "x"});
     let collection = |entries: Value| {
-        op(json!({"type": "envoy.config.listener.v3.ListenerCollection",
+        op(
+            json!({"type": "envoy.config.listener.v3.ListenerCollection",
                   "name": "xdstp://a/envoy.config.listener.v3.ListenerCollection/c",
-                  "variants": [{"resource": {"@type": LC, "entries": entries}}]}))
+                  "variants": [{"resource": {"@type": LC, "entries": entries}}]}),
+        )
     };
     assert!(
         run(vec![collection(json!([
@@ -442,12 +463,30 @@ fn stored_list_collections_are_checked() {
             {},
         ]))]),
         [
-            ("/operations/0/variants/0/resource/entries/1/inline_entry/name", "duplicate_entry_name"),
-            ("/operations/0/variants/0/resource/entries/2/inline_entry/name", "invalid_entry_name"),
-            ("/operations/0/variants/0/resource/entries/3/inline_entry/resource/@type", "entry_type_mismatch"),
-            ("/operations/0/variants/0/resource/entries/4/inline_entry/resource", "missing_entry_body"),
-            ("/operations/0/variants/0/resource/entries/5/locator", "locator_type_mismatch"),
-            ("/operations/0/variants/0/resource/entries/6", "empty_collection_entry"),
+            (
+                "/operations/0/variants/0/resource/entries/1/inline_entry/name",
+                "duplicate_entry_name"
+            ),
+            (
+                "/operations/0/variants/0/resource/entries/2/inline_entry/name",
+                "invalid_entry_name"
+            ),
+            (
+                "/operations/0/variants/0/resource/entries/3/inline_entry/resource/@type",
+                "entry_type_mismatch"
+            ),
+            (
+                "/operations/0/variants/0/resource/entries/4/inline_entry/resource",
+                "missing_entry_body"
+            ),
+            (
+                "/operations/0/variants/0/resource/entries/5/locator",
+                "locator_type_mismatch"
+            ),
+            (
+                "/operations/0/variants/0/resource/entries/6",
+                "empty_collection_entry"
+            ),
         ]
         .map(|(p, c)| (p.to_owned(), c.to_owned()))
     );
@@ -456,9 +495,11 @@ fn stored_list_collections_are_checked() {
 #[test]
 fn alt_directives_in_handed_out_names_keep_their_type() {
     let cluster = |service_name: &str| {
-        op(json!({"type": "cluster", "name": "c", "variants": [{"resource": {
+        op(
+            json!({"type": "cluster", "name": "c", "variants": [{"resource": {
             "@type": "type.googleapis.com/envoy.config.cluster.v3.Cluster", "name": "c", "type": "EDS",
-            "eds_cluster_config": {"eds_config": {"ads": {}}, "service_name": service_name}}}]}))
+            "eds_cluster_config": {"eds_config": {"ads": {}}, "service_name": service_name}}}]}),
+        )
     };
     let cla = "xdstp://cloud/envoy.config.endpoint.v3.ClusterLoadAssignment/foo";
     assert!(
@@ -485,14 +526,24 @@ fn alt_directives_in_handed_out_names_keep_their_type() {
 #[test]
 fn collection_options_are_named_by_a_list_collection() {
     let options = |name: &str| {
-        op(json!({"type": "vxds.config.v1.ListCollectionOptions", "name": name, "variants": [{
-            "resource": {"@type": "type.googleapis.com/vxds.config.v1.ListCollectionOptions", "inline_entries": true}}]}))
+        op(
+            json!({"type": "vxds.config.v1.ListCollectionOptions", "name": name, "variants": [{
+            "resource": {"@type": "type.googleapis.com/vxds.config.v1.ListCollectionOptions", "inline_entries": true}}]}),
+        )
     };
-    assert!(run(vec![options("xdstp://a/envoy.config.listener.v3.ListenerCollection/c")]).is_ok());
+    assert!(
+        run(vec![options(
+            "xdstp://a/envoy.config.listener.v3.ListenerCollection/c"
+        )])
+        .is_ok()
+    );
     for name in ["xdstp://a/envoy.config.listener.v3.Listener/c", "plain"] {
         assert_eq!(
             problems(vec![options(name)]),
-            [("/operations/0/name".to_owned(), "not_a_list_collection".to_owned())]
+            [(
+                "/operations/0/name".to_owned(),
+                "not_a_list_collection".to_owned()
+            )]
         );
     }
 }

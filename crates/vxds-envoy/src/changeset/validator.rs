@@ -14,7 +14,12 @@ impl Validator<'_> {
         self.errors.push(problem);
     }
 
-    pub(super) fn resource_type(&mut self, spelling: &str, i: usize, at: &Pointer) -> Option<ResourceType> {
+    pub(super) fn resource_type(
+        &mut self,
+        spelling: &str,
+        i: usize,
+        at: &Pointer,
+    ) -> Option<ResourceType> {
         match ResourceType::resolve(spelling) {
             Ok(ty) => Some(ty),
             Err(e) => {
@@ -43,7 +48,13 @@ impl Validator<'_> {
     }
 
     /// The resource name in normal form.
-    pub(super) fn name(&mut self, name: &str, ty: &ResourceType, i: usize, at: &Pointer) -> Option<String> {
+    pub(super) fn name(
+        &mut self,
+        name: &str,
+        ty: &ResourceType,
+        i: usize,
+        at: &Pointer,
+    ) -> Option<String> {
         let at = at.push("name");
         let fail =
             |code: &str, message: String| Problem::new(at.clone(), code, message).at(i, None);
@@ -138,7 +149,12 @@ impl Validator<'_> {
         })
     }
 
-    pub(super) fn put(&mut self, i: usize, put: &PutRequest, at: &Pointer) -> Option<ValidatedOperation> {
+    pub(super) fn put(
+        &mut self,
+        i: usize,
+        put: &PutRequest,
+        at: &Pointer,
+    ) -> Option<ValidatedOperation> {
         let errors_before = self.errors.len();
         let ty = self.resource_type(&put.resource_type, i, at)?;
         let name = self.name(&put.name, &ty, i, at);
@@ -461,14 +477,23 @@ impl Validator<'_> {
     }
 
     /// TP1: a glob collection itself cannot be redirected (its members can).
-    fn redirects_a_glob(&mut self, put: &PutRequest, ty: &ResourceType, i: usize, at: &Pointer) -> bool {
+    fn redirects_a_glob(
+        &mut self,
+        put: &PutRequest,
+        ty: &ResourceType,
+        i: usize,
+        at: &Pointer,
+    ) -> bool {
         let glob = xdstp::XdstpUrl::parse(&put.name).is_ok_and(|u| u.is_glob());
         let redirect = put.variants.iter().any(|v| {
             v.redirect.is_some()
-                || v.resource.get().contains(crate::collections::RESOURCE_LOCATOR_TYPE_URL)
+                || v.resource
+                    .get()
+                    .contains(crate::collections::RESOURCE_LOCATOR_TYPE_URL)
         });
         if glob && redirect {
-            self.errors.retain(|p| !(p.operation == Some(i) && p.code != "redirect_of_glob"));
+            self.errors
+                .retain(|p| !(p.operation == Some(i) && p.code != "redirect_of_glob"));
             self.error(
                 Problem::new(
                     at.push("name"),
@@ -489,7 +514,12 @@ impl Validator<'_> {
     /// With trusted keys configured, a secret's variants should each hold only for the
     /// identities they name: one that a client of any other identity can match, with the
     /// untrusted parameters it claims, is served to clients it was not meant for.
-    pub(super) fn secret_access(&mut self, variants: &[CanonicalConstraints], i: usize, at: &Pointer) {
+    pub(super) fn secret_access(
+        &mut self,
+        variants: &[CanonicalConstraints],
+        i: usize,
+        at: &Pointer,
+    ) {
         let trusted = &self.config.trusted_keys;
         for (j, constraints) in variants.iter().enumerate() {
             let Some(witness) = vxds_core::identity::open_to_any_identity(
@@ -514,7 +544,12 @@ impl Validator<'_> {
         }
     }
 
-    pub(super) fn variant_set(&mut self, variants: &[CanonicalConstraints], i: usize, at: &Pointer) {
+    pub(super) fn variant_set(
+        &mut self,
+        variants: &[CanonicalConstraints],
+        i: usize,
+        at: &Pointer,
+    ) {
         let limits = &self.config.variant_limits;
         if let Err(errors) = variants::validate_variant_set(variants, limits) {
             for e in errors {

@@ -332,7 +332,10 @@ async fn load_redirects(
     Ok(edges)
 }
 
-async fn delete_redirects(tx: &mut Transaction<'_, Any>, key: &ResourceKey) -> Result<(), StoreError> {
+async fn delete_redirects(
+    tx: &mut Transaction<'_, Any>,
+    key: &ResourceKey,
+) -> Result<(), StoreError> {
     sqlx::query("DELETE FROM vxds_redirects WHERE type_url = $1 AND name = $2")
         .bind(&key.type_url)
         .bind(&key.name)

@@ -33,7 +33,10 @@ async fn redirects_are_one_hop_across_the_store(db: TestDb) {
         (vec![redirect("c", "a")], "redirect_chain"),
         (vec![redirect("b", "a")], "redirect_cycle"),
         // Within one changeset too.
-        (vec![redirect("x", "y"), redirect("y", "z")], "redirect_chain"),
+        (
+            vec![redirect("x", "y"), redirect("y", "z")],
+            "redirect_chain",
+        ),
     ] {
         assert_eq!(codes(apply(ops).await.unwrap_err())[0], code);
     }

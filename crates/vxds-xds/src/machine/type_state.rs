@@ -17,8 +17,8 @@ use std::sync::Arc;
 
 use bytes::Bytes;
 use vxds_core::xdstp::{SubscriptionName, XdstpUrl};
-use vxds_envoy::collections::ListCollection;
 use vxds_core::{ConstraintsId, ParamSet};
+use vxds_envoy::collections::ListCollection;
 use vxds_store::{IndexedResource, IndexedVariant, Snapshot};
 
 use crate::status::{HeldKey, HeldResource};

@@ -16,8 +16,7 @@ use vxds_envoy::pb::xds::core::v3::ContextParams;
 
 use super::*;
 
-const LISTENER_COLLECTION: &str =
-    "type.googleapis.com/envoy.config.listener.v3.ListenerCollection";
+const LISTENER_COLLECTION: &str = "type.googleapis.com/envoy.config.listener.v3.ListenerCollection";
 const COLLECTION: &str = "xdstp://vxds/envoy.config.listener.v3.ListenerCollection/edge";
 
 fn edge_listener(id: &str, port: u16, says: &str) -> Value {

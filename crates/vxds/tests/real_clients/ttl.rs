@@ -53,10 +53,12 @@ async fn an_rtds_layer_lives_by_heartbeats_and_expires_without_them(ads: Ads) {
     apply(
         &client,
         &admin,
-        vec![json!({"op": "put", "type": "runtime", "name": "flags", "variants": [{
-            "ttl": "2s",
-            "resource": {"@type": RUNTIME, "name": "flags", "layer": {"vxds.flag": "dynamic"}},
-        }]})],
+        vec![
+            json!({"op": "put", "type": "runtime", "name": "flags", "variants": [{
+                "ttl": "2s",
+                "resource": {"@type": RUNTIME, "name": "flags", "layer": {"vxds.flag": "dynamic"}},
+            }]}),
+        ],
     )
     .await;
     let (_envoy, envoy_admin) = start_runtime_envoy(dir.path(), "envoy-rtds", ads, xds_port);

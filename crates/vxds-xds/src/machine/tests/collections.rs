@@ -1,13 +1,12 @@
 //! TP1 list collections, `#entry=`, stored collections and redirects, SotW and Delta.
 
 use vxds_envoy::pb::envoy::config::listener::v3::{Listener, ListenerCollection};
-use vxds_envoy::pb::xds::core::v3::collection_entry::ResourceSpecifier;
 use vxds_envoy::pb::xds::core::v3::ResourceLocator as CoreLocator;
+use vxds_envoy::pb::xds::core::v3::collection_entry::ResourceSpecifier;
 
 use super::*;
 
-const LISTENER_COLLECTION: &str =
-    "type.googleapis.com/envoy.config.listener.v3.ListenerCollection";
+const LISTENER_COLLECTION: &str = "type.googleapis.com/envoy.config.listener.v3.ListenerCollection";
 const EDGE: &str = "xdstp://auth/envoy.config.listener.v3.ListenerCollection/edge?zone=eu";
 
 fn member(id: &str) -> String {
@@ -216,8 +215,13 @@ fn sotw_list_collections() {
     let collection = ListenerCollection::decode(any.value.as_slice()).unwrap();
     assert_eq!(entries(&collection), ["a=test", "b=b"]);
     // A member change: the whole state again, with the new collection.
-    m.on_sotw_request(sotw_request(LISTENER_COLLECTION, &[EDGE], &r.nonce, &r.version_info))
-        .unwrap();
+    m.on_sotw_request(sotw_request(
+        LISTENER_COLLECTION,
+        &[EDGE],
+        &r.nonce,
+        &r.version_info,
+    ))
+    .unwrap();
     let b = member("b");
     let changed = world.apply(json!([put("listener", &b, &[("*", listener(&b, "b-2"))])]));
     m.on_changes(&changed);
@@ -275,8 +279,13 @@ fn stored_collections_are_served_as_written() {
         ]
     );
     let mut m = delta_machine();
-    m.on_delta_request(delta_request(LISTENER, &[&format!("{EDGE}#entry=x")], &[], ""))
-        .unwrap();
+    m.on_delta_request(delta_request(
+        LISTENER,
+        &[&format!("{EDGE}#entry=x")],
+        &[],
+        "",
+    ))
+    .unwrap();
     let r = delta(&m.poll(&world.snapshot)[0]);
     assert_eq!(r.resources[0].version, "7");
     assert_eq!(
@@ -300,7 +309,10 @@ fn redirects_are_sent_as_resource_locators() {
         .unwrap();
     let r = delta(&m.poll(&world.snapshot)[0]);
     let any = r.resources[0].resource.as_ref().unwrap();
-    assert_eq!(any.type_url, vxds_envoy::collections::RESOURCE_LOCATOR_TYPE_URL);
+    assert_eq!(
+        any.type_url,
+        vxds_envoy::collections::RESOURCE_LOCATOR_TYPE_URL
+    );
     let locator = CoreLocator::decode(any.value.as_slice()).unwrap();
     assert_eq!(
         (locator.authority.as_str(), locator.id.as_str()),

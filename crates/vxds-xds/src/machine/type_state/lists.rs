@@ -23,8 +23,13 @@ impl TypeState {
     /// Notes `spelling` as a list collection, if it names one.
     pub(super) fn track_list(&mut self, spelling: &str) {
         if let Some(list) = ListCollection::parse(spelling) {
-            self.lists
-                .insert(list.urn.to_string(), ListCollection { entry: None, ..list });
+            self.lists.insert(
+                list.urn.to_string(),
+                ListCollection {
+                    entry: None,
+                    ..list
+                },
+            );
         }
     }
 
@@ -82,7 +87,9 @@ impl TypeState {
                     || key.type_url == collections::LIST_COLLECTION_OPTIONS_TYPE_URL)
                     && key.name == **normal)
                     || (key.type_url == list.member_type_url
-                        && member.as_ref().is_some_and(|m| list.members.glob_matches(m)))
+                        && member
+                            .as_ref()
+                            .is_some_and(|m| list.members.glob_matches(m)))
             })
             .map(|(normal, _)| normal.clone())
             .collect();
