@@ -154,6 +154,14 @@ impl ListCollection {
     }
 }
 
+/// TP1's inline entry name pattern, `^[0-9a-zA-Z_\-\.~:]+$`.
+pub fn is_entry_name(name: &str) -> bool {
+    !name.is_empty()
+        && name
+            .chars()
+            .all(|c| c.is_ascii_alphanumeric() || "_-.~:".contains(c))
+}
+
 /// One entry of a collection being built.
 #[derive(Clone, Copy, Debug)]
 pub enum Entry<'a> {
@@ -265,11 +273,7 @@ pub fn check_stored_collection(message: &DynamicMessage, member_type: &str) -> V
             Some(collection_entry::ResourceSpecifier::InlineEntry(inline)) => {
                 let at = at.push("inline_entry");
                 if !inline.name.is_empty() {
-                    let valid = inline
-                        .name
-                        .chars()
-                        .all(|c| c.is_ascii_alphanumeric() || "_-.~:".contains(c));
-                    if !valid {
+                    if !is_entry_name(&inline.name) {
                         errors.push(RuleError::new(
                             at.push("name"),
                             "invalid_entry_name",
@@ -295,17 +299,36 @@ pub fn check_stored_collection(message: &DynamicMessage, member_type: &str) -> V
                         "missing_entry_body",
                         "an inline entry needs its `resource`",
                     )),
-                    Some(any) if any.type_url != format!("{TYPE_URL_PREFIX}{member_type}") => {
-                        errors.push(RuleError::new(
-                            at.push("resource").push("@type"),
-                            "entry_type_mismatch",
-                            format!(
-                                "the entry holds `{}`; entries of this collection are `{member_type}`",
-                                any.type_url
-                            ),
-                        ))
+                    Some(any) if any.type_url == format!("{TYPE_URL_PREFIX}{member_type}") => {
+                        let at = at.push("resource");
+                        let ty = crate::resource::ResourceType::resolve(member_type).ok();
+                        let body = ty.as_ref().map(|ty| {
+                            crate::resource::Body::from_any_bytes(any.encode_to_vec(), ty)
+                        });
+                        match body {
+                            Some(Ok(body)) if member_type == crate::resource::CLUSTER => {
+                                for e in crate::rules::check_cluster(&body).errors {
+                                    errors.push(RuleError::new(
+                                        at.join(&e.pointer),
+                                        e.code,
+                                        e.message,
+                                    ));
+                                }
+                            }
+                            Some(Err(e)) => {
+                                errors.push(RuleError::new(at.join(&e.pointer), e.code, e.message))
+                            }
+                            _ => {}
+                        }
                     }
-                    Some(_) => {}
+                    Some(any) => errors.push(RuleError::new(
+                        at.push("resource").push("@type"),
+                        "entry_type_mismatch",
+                        format!(
+                            "the entry holds `{}`; entries of this collection are `{member_type}`",
+                            any.type_url
+                        ),
+                    )),
                 }
             }
         }
@@ -422,6 +445,14 @@ pub fn check_redirect(
     target: &str,
 ) -> Result<XdstpUrn, RuleError> {
     let fail = |code, message: String| RuleError::new(Pointer::root(), code, message);
+    // TP1 redirects live among xdstp:// names; a client that subscribes by a plain name (or
+    // by wildcard) decodes what it gets as the resource, and would refuse the whole update.
+    if !vxds_core::xdstp::is_xdstp(name) {
+        return Err(fail(
+            "redirect_of_opaque_name",
+            format!("only xdstp:// resources can be redirected; `{name}` is a plain name"),
+        ));
+    }
     let url = XdstpUrl::parse(target).map_err(|e| {
         fail(
             "invalid_redirect",
@@ -563,9 +594,23 @@ fn check_alts(url: &XdstpUrl, at: &Pointer, errors: &mut Vec<RuleError>) {
 }
 
 fn walk_strings(message: &DynamicMessage, at: &Pointer, visit: &mut impl FnMut(&Pointer, &str)) {
+    // An `Any` (a filter's typed_config, say) is looked into as the message it holds.
+    if message.descriptor().full_name() == "google.protobuf.Any" {
+        if let Some(inner) = unpack_any(message) {
+            walk_strings(&inner, at, visit);
+        }
+        return;
+    }
     for (field, value) in message.fields() {
         walk_value(value, &at.push(field.name()), visit);
     }
+}
+
+fn unpack_any(any: &DynamicMessage) -> Option<DynamicMessage> {
+    let any: prost_types::Any = any.transcode_to().ok()?;
+    let name = any.type_url.rsplit('/').next()?;
+    let descriptor = descriptors::message(name)?;
+    DynamicMessage::decode(descriptor, any.value.as_slice()).ok()
 }
 
 fn walk_value(value: &ReflectValue, at: &Pointer, visit: &mut impl FnMut(&Pointer, &str)) {
@@ -674,6 +719,12 @@ mod tests {
         assert_eq!(
             check_redirect(l, me, "nope").unwrap_err().code,
             "invalid_redirect"
+        );
+        assert_eq!(
+            check_redirect(l, "plain", "xdstp://a/envoy.config.listener.v3.Listener/x")
+                .unwrap_err()
+                .code,
+            "redirect_of_opaque_name"
         );
 
         let key = |n: &str| ("t".to_owned(), n.to_owned());

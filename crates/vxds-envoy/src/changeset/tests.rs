@@ -547,3 +547,29 @@ fn collection_options_are_named_by_a_list_collection() {
         );
     }
 }
+
+#[test]
+fn names_inside_typed_configs_and_inline_entries_are_checked_too() {
+    // An RDS name in a listener's HTTP connection manager (an Any) with a mistyped #alt.
+    let listener = json!({"@type": "type.googleapis.com/envoy.config.listener.v3.Listener", "name": L,
+        "filter_chains": [{"filters": [{"name": "hcm", "typed_config": {
+            "@type": "type.googleapis.com/envoy.extensions.filters.network.http_connection_manager.v3.HttpConnectionManager",
+            "stat_prefix": "x", "rds": {"config_source": {"ads": {}},
+            "route_config_name": "xdstp://a/envoy.config.route.v3.RouteConfiguration/r#alt=xdstp://a/envoy.config.cluster.v3.Cluster/x"}}}]}]});
+    let put = op(json!({"type": "listener", "name": L, "variants": [{"resource": listener}]}));
+    assert_eq!(problems(vec![put])[0].1, "alt_type_mismatch");
+    // An inline cluster of a stored collection meets the cluster rules.
+    let bad_cluster = json!({"@type": "type.googleapis.com/envoy.config.cluster.v3.Cluster", "name": "c", "type": "EDS"});
+    let put = op(json!({"type": "envoy.config.cluster.v3.ClusterCollection",
+        "name": "xdstp://a/envoy.config.cluster.v3.ClusterCollection/c",
+        "variants": [{"resource": {"@type": "type.googleapis.com/envoy.config.cluster.v3.ClusterCollection",
+            "entries": {"inline_entry": {"name": "c", "resource": bad_cluster}}}}]}));
+    let found = problems(vec![put]);
+    assert!(!found.is_empty(), "{found:?}");
+    assert!(
+        found[0]
+            .0
+            .starts_with("/operations/0/variants/0/resource/entries/0/inline_entry/resource"),
+        "{found:?}"
+    );
+}

@@ -22,7 +22,12 @@ use super::*;
 impl TypeState {
     /// Notes `spelling` as a list collection, if it names one.
     pub(super) fn track_list(&mut self, spelling: &str) {
-        if let Some(list) = ListCollection::parse(spelling) {
+        // A collection is answered on the stream of its own type, one entry (`#entry=`) on the
+        // member type's stream: a response never holds a body of another type than its own.
+        if let Some(list) = ListCollection::parse(spelling).filter(|l| match l.entry {
+            None => l.collection_type_url == self.type_url,
+            Some(_) => l.member_type_url == self.type_url,
+        }) {
             self.lists.insert(
                 list.urn.to_string(),
                 ListCollection {
@@ -135,8 +140,17 @@ pub(super) fn resolve_list(
         let Some(entry) = entry else {
             return Some((stored.clone(), variant));
         };
-        let (version, body) =
-            collections::find_inline_entry(&stored.variants[variant].body, &entry)?;
+        let chosen = &stored.variants[variant];
+        let (version, body) = collections::find_inline_entry(&chosen.body, &entry)?;
+        // The hand-written entry version alone may stay put while its body changes.
+        let version = content_hash(
+            "vxds.collection.entry.v1",
+            &[
+                chosen.version.as_bytes(),
+                entry.as_bytes(),
+                version.as_bytes(),
+            ],
+        );
         return made(&list.member_type_url, Bytes::from(body), Arc::from(version));
     }
 
@@ -193,11 +207,14 @@ pub(super) fn resolve_list(
                 .flatten()
         })
         .collect();
+    // A member id's last segment that TP1's entry-name pattern refuses makes an anonymous entry.
     let names: Vec<String> = members
         .iter()
         .map(|(r, _)| {
             vxds_core::xdstp::XdstpUrn::parse(&r.key.name)
                 .map(|u| ListCollection::entry_name(&u).to_owned())
+                .ok()
+                .filter(|n| collections::is_entry_name(n))
                 .unwrap_or_default()
         })
         .collect();
@@ -224,9 +241,21 @@ pub(super) fn resolve_list(
         list.collection_type_url.as_bytes(),
         if inline { b"inline" } else { b"locators" },
     ];
-    for (resource, variant) in &members {
+    // What the client is told: inline, each member's variant and body (its version); as
+    // locators, which variant each member is (a body change within it is the member's own
+    // update, not the collection's) and where a redirect points.
+    let ids: Vec<String> = members
+        .iter()
+        .map(|(r, v)| r.variants[*v].id.to_string())
+        .collect();
+    for (((resource, variant), id), redirect) in members.iter().zip(&ids).zip(&redirects) {
         parts.push(resource.key.name.as_bytes());
-        parts.push(resource.variants[*variant].version.as_bytes());
+        if inline {
+            parts.push(resource.variants[*variant].version.as_bytes());
+        } else {
+            parts.push(id.as_bytes());
+            parts.push(redirect.as_deref().unwrap_or_default().as_bytes());
+        }
     }
     let version = content_hash("vxds.collection.v1", &parts);
     made(
