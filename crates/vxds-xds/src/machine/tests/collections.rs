@@ -425,26 +425,25 @@ fn locator_collections_change_with_variants_not_bodies() {
     assert_eq!(r.resources[0].name, EDGE);
 }
 
-/// A collection is answered on its own type's stream and one entry on the member type's, so a
-/// response never holds a body of another type; elsewhere they do not exist. Members resolve
+/// A collection is answered on its own type's stream or its members' (TP1 asks for a
+/// ListenerCollection on LDS); on another type's stream it does not exist. Members resolve
 /// with the member type's parameters when the node gives none for the collection type.
 #[test]
-fn collections_live_on_their_own_types_stream() {
+fn collections_live_on_their_own_or_their_members_stream() {
     let mut world = World::new();
     edge_listeners(&mut world);
-    let entry = format!("{EDGE}#entry=a");
     let mut m = delta_machine();
     m.on_delta_request(delta_request(LISTENER, &[EDGE], &[], ""))
         .unwrap();
     let r = delta(&m.poll(&world.snapshot)[0]);
-    assert!(r.resources.is_empty());
-    assert_eq!(r.removed_resources, [EDGE]);
+    assert_eq!(r.resources[0].name, EDGE);
+    assert_eq!(entries(&collection_of(&r.resources[0])), [member("b")]);
     let mut m = delta_machine();
-    m.on_delta_request(delta_request(LISTENER_COLLECTION, &[&entry], &[], ""))
+    m.on_delta_request(delta_request(CLUSTER, &[EDGE], &[], ""))
         .unwrap();
     let r = delta(&m.poll(&world.snapshot)[0]);
     assert!(r.resources.is_empty());
-    assert_eq!(r.removed_resources, [entry]);
+    assert_eq!(r.removed_resources, [EDGE]);
 
     let mut m = delta_machine();
     let mut request = delta_request(LISTENER_COLLECTION, &[EDGE], &[], "");

@@ -22,11 +22,11 @@ use super::*;
 impl TypeState {
     /// Notes `spelling` as a list collection, if it names one.
     pub(super) fn track_list(&mut self, spelling: &str) {
-        // A collection is answered on the stream of its own type, one entry (`#entry=`) on the
-        // member type's stream: a response never holds a body of another type than its own.
-        if let Some(list) = ListCollection::parse(spelling).filter(|l| match l.entry {
-            None => l.collection_type_url == self.type_url,
-            Some(_) => l.member_type_url == self.type_url,
+        // A collection is answered on its own type's stream, or on its members' (TP1's example
+        // asks for a ListenerCollection on the LDS stream); on any other type's stream it does
+        // not exist.
+        if let Some(list) = ListCollection::parse(spelling).filter(|l| {
+            l.collection_type_url == self.type_url || l.member_type_url == self.type_url
         }) {
             self.lists.insert(
                 list.urn.to_string(),
