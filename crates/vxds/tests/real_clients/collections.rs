@@ -70,14 +70,28 @@ async fn fetch_collection(xds_port: u16, env: &str) -> Vec<u8> {
         .await
         .unwrap()
         .into_inner();
-    let response = tokio::time::timeout(WAIT, responses.message())
-        .await
-        .unwrap()
-        .unwrap()
-        .unwrap();
-    assert_eq!(response.resources.len(), 1, "{response:?}");
-    assert_eq!(response.resources[0].name, COLLECTION);
-    response.resources[0].encode_to_vec()
+    // The server may answer from a revision before the write (its index follows the commit):
+    // "does not exist" first, then the collection, as any Delta client takes it.
+    let deadline = Instant::now() + WAIT;
+    loop {
+        let response = tokio::time::timeout_at(deadline.into(), responses.message())
+            .await
+            .expect("the collection arrives")
+            .unwrap()
+            .unwrap();
+        requests
+            .send(DeltaDiscoveryRequest {
+                type_url: LISTENER_COLLECTION.into(),
+                response_nonce: response.nonce.clone(),
+                ..Default::default()
+            })
+            .await
+            .unwrap();
+        if let Some(resource) = response.resources.iter().find(|r| r.name == COLLECTION) {
+            return resource.encode_to_vec();
+        }
+        assert_eq!(response.removed_resources, [COLLECTION], "{response:?}");
+    }
 }
 
 async fn body_on(client: &reqwest::Client, port: u16, expected: &str) {
