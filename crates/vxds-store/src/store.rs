@@ -14,6 +14,7 @@ mod health;
 mod history;
 mod notify;
 mod read;
+mod summaries;
 mod write;
 
 use std::path::PathBuf;
