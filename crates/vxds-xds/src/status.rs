@@ -5,7 +5,8 @@ use std::sync::Arc;
 
 use bytes::Bytes;
 use serde::Serialize;
-use vxds_core::ConstraintsId;
+use vxds_core::impact::Subscription;
+use vxds_core::{ConstraintsId, ParamSet};
 
 use crate::machine::Sent;
 
@@ -49,6 +50,10 @@ pub struct TypeStatus {
     pub last_acked: Option<Acked>,
     /// The last response the client refused, and why.
     pub last_nacked: Option<Nacked>,
+    /// The subscriptions with the parameters each resolves with, for the client summary.
+    #[serde(skip)]
+    #[cfg_attr(feature = "openapi", schema(ignore))]
+    pub summary: Vec<(Subscription, ParamSet)>,
     /// What the client holds, as far as the server knows.
     #[cfg_attr(feature = "openapi", schema(value_type = Vec<HeldResource>))]
     pub resources: HeldResources,

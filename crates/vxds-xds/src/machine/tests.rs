@@ -23,6 +23,7 @@ use crate::types::{ADS, CLUSTER, ENDPOINT, LISTENER, ROUTE, SERVICES};
 mod identity;
 mod removals;
 mod subscriptions;
+mod summary;
 mod ttl;
 
 /// A store in memory: changesets in, snapshots out.

@@ -15,6 +15,7 @@ use std::collections::{BTreeMap, BTreeSet};
 use std::sync::Arc;
 
 use bytes::Bytes;
+use vxds_core::impact::Subscription;
 use vxds_core::xdstp::{SubscriptionName, XdstpUrl};
 use vxds_core::{ConstraintsId, ParamSet};
 use vxds_store::{IndexedResource, IndexedVariant, Snapshot};
@@ -599,6 +600,47 @@ impl TypeState {
             wildcard: self.wildcard(),
             collections: self.globs.values().map(|g| g.url.to_string()).collect(),
         }
+    }
+
+    /// The subscriptions with the parameters each resolves with, for the client summary
+    /// (impact preview). What the client would hold twice under one key is listed once: a
+    /// plain name a wildcard or an unconstrained glob also covers, an unconstrained glob under
+    /// a wildcard (they resolve with the same parameters, as one item).
+    pub fn summary_subscriptions(&self) -> Vec<(Subscription, ParamSet)> {
+        let wildcard = self.wildcard();
+        let mut out: BTreeSet<(Subscription, ParamSet)> = BTreeSet::new();
+        if wildcard {
+            out.insert((Subscription::Wildcard, self.default_params.clone()));
+        }
+        for glob in self.globs.values() {
+            if !glob.constrained && wildcard {
+                continue;
+            }
+            out.insert((
+                Subscription::Collection(glob.url.to_string()),
+                glob.params.clone(),
+            ));
+        }
+        let unconstrained_globs: Vec<&Glob> =
+            self.globs.values().filter(|g| !g.constrained).collect();
+        for normal in self.names.values() {
+            if wildcard {
+                continue;
+            }
+            let in_glob = !unconstrained_globs.is_empty()
+                && vxds_core::xdstp::XdstpUrn::parse(normal)
+                    .is_ok_and(|urn| unconstrained_globs.iter().any(|g| g.url.glob_matches(&urn)));
+            if !in_glob {
+                out.insert((
+                    Subscription::Name(normal.clone()),
+                    self.default_params.clone(),
+                ));
+            }
+        }
+        for ((_, params), normal) in &self.locators {
+            out.insert((Subscription::Name(normal.clone()), params.clone()));
+        }
+        out.into_iter().collect()
     }
 
     /// Human-readable subscriptions, for `/v1/clients`.
