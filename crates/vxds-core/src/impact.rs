@@ -87,6 +87,9 @@ impl ResourceImpact {
     }
 }
 
+/// A move's kind and its variants (from, to), as text.
+type MoveKey = (MoveKind, Option<String>, Option<String>);
+
 /// The impact of replacing `before` by `after` (each in stored order; empty when the resource
 /// does not exist) on clients subscribing with `groups`.
 pub fn resource_impact(
@@ -101,8 +104,7 @@ pub fn resource_impact(
     };
     let (old, new) = (matcher(before), matcher(after));
     let mut impact = ResourceImpact::default();
-    let mut moves: BTreeMap<(MoveKind, Option<String>, Option<String>), (u64, Samples)> =
-        BTreeMap::new();
+    let mut moves: BTreeMap<MoveKey, (u64, Samples)> = BTreeMap::new();
     for group in groups {
         impact.streams += group.streams;
         let was = old.resolve(&group.params).map(|i| &before[i]);
