@@ -240,7 +240,7 @@ async fn a_dry_run_on_one_replica_counts_the_clients_of_every_replica() {
     // Three clients on each replica, over the nine kinds of client of the fixtures, and one on
     // B that waits for a route that does not exist yet.
     let local = ["local_route"];
-    let _clients = vec![
+    let _clients = [
         connect(
             a.xds_addr,
             "a-prod-v1",
