@@ -453,3 +453,59 @@ async fn a_dry_run_on_one_replica_counts_the_clients_of_every_replica() {
     drop(a);
     db.remove().await;
 }
+
+/// On SQLite the one server publishes too: `vxds apply --dry-run --database-url` (the admin
+/// API in-process, no xDS server of its own) counts the server's clients.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_dry_run_straight_on_sqlite_counts_the_servers_clients() {
+    let dir = tempfile::tempdir().unwrap();
+    let binary = Path::new(env!("CARGO_BIN_EXE_vxds"));
+    let server =
+        ServeProcess::start(binary, dir.path(), &["--client-summary-period", PERIOD]).unwrap();
+    let database = format!("sqlite://{}", dir.path().join("vxds.db").display());
+    let fixtures = fixtures();
+    let applied = run(&[
+        "apply",
+        "-f",
+        fixtures.to_str().unwrap(),
+        "--database-url",
+        &database,
+    ]);
+    assert!(applied.status.success(), "{}", stderr(&applied));
+    let _client = connect(
+        server.xds_addr,
+        "sqlite-prod-v1",
+        &[("env", "prod"), ("version", "v1")],
+        &["local_route"],
+    )
+    .await;
+    let change = dir.path().join("change.yaml");
+    std::fs::write(&change, CHANGE).unwrap();
+    let deadline = Instant::now() + Duration::from_secs(15);
+    loop {
+        let dry = run(&[
+            "apply",
+            "--dry-run",
+            "-f",
+            change.to_str().unwrap(),
+            "--database-url",
+            &database,
+        ]);
+        assert!(dry.status.success(), "{}", stderr(&dry));
+        let text = stdout(&dry);
+        if text.contains("sqlite-prod-v1") {
+            assert!(
+                text.contains("impact on 1 stream connected over 1 replica"),
+                "{text}"
+            );
+            let row = text.lines().find(|l| l.contains("sqlite-prod-v1")).unwrap();
+            assert!(row.split_whitespace().nth(2) == Some("lose"), "{text}");
+            break;
+        }
+        assert!(
+            Instant::now() < deadline,
+            "the server's client never counted:\n{text}"
+        );
+        tokio::time::sleep(Duration::from_millis(200)).await;
+    }
+}
