@@ -81,7 +81,7 @@ fn now_ms() -> i64 {
 }
 
 /// Publishes `registry`'s summary as `replica_id` every `period`, valid for
-/// [`STALE_PERIODS`] periods, until the task is aborted. A failed publish is logged and
+/// [`STALE_PERIODS`] periods, until the task is aborted; an unchanged summary is only renewed. A failed publish is logged and
 /// retried at the next period; the caller withdraws the summary when it shuts down
 /// ([`Store::withdraw_client_summary`]).
 pub async fn publish_summaries(
@@ -93,16 +93,32 @@ pub async fn publish_summaries(
     let mut ticks = tokio::time::interval(period);
     ticks.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
     let mut failing = false;
+    let valid_for = period * STALE_PERIODS;
+    // What the store holds for this replica, as far as it knows: renewed while unchanged.
+    let mut published: Option<ClientSummary> = None;
     loop {
         ticks.tick().await;
         let registry = registry.clone();
         let Ok(summary) = tokio::task::spawn_blocking(move || registry.summary()).await else {
             continue;
         };
-        match store
-            .publish_client_summary(&replica_id, &summary, period * STALE_PERIODS)
-            .await
-        {
+        let result = if published.as_ref() == Some(&summary) {
+            match store.renew_client_summary(&replica_id, valid_for).await {
+                Ok(true) => Ok(()),
+                Ok(false) => {
+                    store
+                        .publish_client_summary(&replica_id, &summary, valid_for)
+                        .await
+                }
+                Err(e) => Err(e),
+            }
+        } else {
+            store
+                .publish_client_summary(&replica_id, &summary, valid_for)
+                .await
+        };
+        published = result.is_ok().then_some(summary);
+        match result {
             Ok(()) if failing => {
                 failing = false;
                 tracing::info!(replica = %replica_id, "publishing the client summary again");

@@ -47,6 +47,36 @@ impl Store {
         .await
     }
 
+    /// Extends `replica_id`'s summary, unchanged, for `valid_for` from now: a fleet whose
+    /// clients stay put costs the database a timestamp per period, not the summary. `false`
+    /// when the replica has no summary (it expired and was deleted): publish it again.
+    pub async fn renew_client_summary(
+        &self,
+        replica_id: &str,
+        valid_for: Duration,
+    ) -> Result<bool, StoreError> {
+        let now = now_ms();
+        let expires = now.saturating_add(i64::try_from(valid_for.as_millis()).unwrap_or(i64::MAX));
+        self.guarded(async {
+            let renewed = sqlx::query(
+                "UPDATE vxds_client_summaries SET published_at_ms = $2, expires_at_ms = $3 \
+                 WHERE replica_id = $1 AND expires_at_ms >= $2",
+            )
+            .bind(replica_id)
+            .bind(now)
+            .bind(expires)
+            .execute(self.pool())
+            .await?
+            .rows_affected();
+            sqlx::query("DELETE FROM vxds_client_summaries WHERE expires_at_ms < $1")
+                .bind(now)
+                .execute(self.pool())
+                .await?;
+            Ok(renewed == 1)
+        })
+        .await
+    }
+
     /// Removes `replica_id`'s summary (the replica is shutting down).
     pub async fn withdraw_client_summary(&self, replica_id: &str) -> Result<(), StoreError> {
         self.guarded(async {

@@ -54,6 +54,23 @@ async fn replicas_see_each_others_summaries_until_they_expire(db: TestDb) {
     assert_eq!(seen.len(), 2);
     assert_eq!(seen[0].summary, summary("a2", "dev"));
 
+    // A renewal keeps the summary and moves its expiry.
+    let before = b.client_summaries().await.unwrap()[0].expires_at_ms;
+    tokio::time::sleep(Duration::from_millis(5)).await;
+    assert!(
+        a.renew_client_summary("replica-a", Duration::from_secs(120))
+            .await
+            .unwrap()
+    );
+    let renewed = &b.client_summaries().await.unwrap()[0];
+    assert_eq!(renewed.summary, summary("a2", "dev"));
+    assert!(renewed.expires_at_ms > before + 50_000, "{renewed:?}");
+    assert!(
+        !a.renew_client_summary("replica-unknown", Duration::from_secs(60))
+            .await
+            .unwrap()
+    );
+
     // A replica that stops publishing ages out.
     b.publish_client_summary(
         "replica-b",
@@ -66,6 +83,13 @@ async fn replicas_see_each_others_summaries_until_they_expire(db: TestDb) {
     let seen = a.client_summaries().await.unwrap();
     let ids: Vec<&str> = seen.iter().map(|s| s.replica_id.as_str()).collect();
     assert_eq!(ids, ["replica-a"]);
+
+    // An expired summary is not renewed: it must be published again.
+    assert!(
+        !b.renew_client_summary("replica-b", Duration::from_secs(60))
+            .await
+            .unwrap()
+    );
 
     // A withdrawn summary is gone at once.
     a.withdraw_client_summary("replica-a").await.unwrap();
