@@ -50,10 +50,11 @@ pub struct TypeStatus {
     pub last_acked: Option<Acked>,
     /// The last response the client refused, and why.
     pub last_nacked: Option<Nacked>,
-    /// The subscriptions with the parameters each resolves with, for the client summary.
+    /// The subscriptions with the type (a list collection's may be another) and parameters
+    /// each resolves with, for the client summary.
     #[serde(skip)]
     #[cfg_attr(feature = "openapi", schema(ignore))]
-    pub summary: Vec<(Subscription, ParamSet)>,
+    pub summary: Vec<(String, Subscription, ParamSet)>,
     /// What the client holds, as far as the server knows.
     #[cfg_attr(feature = "openapi", schema(value_type = Vec<HeldResource>))]
     pub resources: HeldResources,

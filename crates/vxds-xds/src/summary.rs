@@ -23,8 +23,8 @@ impl Registry {
                 vec![status.node_id.clone()]
             };
             for ty in &status.types {
-                for (subscription, params) in &ty.summary {
-                    builder.add(&ty.type_url, subscription.clone(), params, 1, &nodes);
+                for (type_url, subscription, params) in &ty.summary {
+                    builder.add(type_url, subscription.clone(), params, 1, &nodes);
                 }
             }
         }
@@ -45,7 +45,10 @@ mod tests {
 
     const ROUTE: &str = "type.googleapis.com/envoy.config.route.v3.RouteConfiguration";
 
-    fn status(node: &str, subscriptions: &[(Subscription, ParamSet)]) -> Arc<Mutex<ClientStatus>> {
+    fn status(
+        node: &str,
+        subscriptions: &[(String, Subscription, ParamSet)],
+    ) -> Arc<Mutex<ClientStatus>> {
         Arc::new(Mutex::new(ClientStatus {
             node_id: node.to_owned(),
             types: vec![TypeStatus {
@@ -68,7 +71,10 @@ mod tests {
             (2, "n1", &prod),
             (3, "", &ParamSet::new()),
         ] {
-            held.push(registry.register(id, status(node, &[(web.clone(), params.clone())])));
+            held.push(registry.register(
+                id,
+                status(node, &[(ROUTE.to_owned(), web.clone(), params.clone())]),
+            ));
         }
         let summary = registry.summary();
         assert_eq!(summary.streams, 3);

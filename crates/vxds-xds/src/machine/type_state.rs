@@ -615,43 +615,68 @@ impl TypeState {
         }
     }
 
-    /// The subscriptions with the parameters each resolves with, for the client summary
-    /// (impact preview). What the client would hold twice under one key is listed once: a
-    /// plain name a wildcard or an unconstrained glob also covers, an unconstrained glob under
-    /// a wildcard (they resolve with the same parameters, as one item).
-    pub fn summary_subscriptions(&self) -> Vec<(Subscription, ParamSet)> {
+    /// The subscriptions with the type and parameters each resolves with, for the client
+    /// summary (impact preview). What the client would hold twice under one key is listed
+    /// once: a plain name a wildcard or an unconstrained glob also covers, an unconstrained glob
+    /// under a wildcard (they resolve with the same parameters, as one item). A list
+    /// collection stands for the stored collection of its name and for its members (the glob
+    /// it is built from), each under its own type.
+    pub fn summary_subscriptions(&self) -> Vec<(String, Subscription, ParamSet)> {
         let wildcard = self.wildcard();
-        let mut out: BTreeSet<(Subscription, ParamSet)> = BTreeSet::new();
-        if wildcard {
-            out.insert((Subscription::Wildcard, self.default_params.clone()));
-        }
-        for glob in self.globs.values() {
-            if !glob.constrained && wildcard {
-                continue;
+        let mut out: BTreeSet<(String, Subscription, ParamSet)> = BTreeSet::new();
+        let mut add = |normal: &str, params: &ParamSet| match self.lists.get(normal) {
+            Some(list) => {
+                out.insert((
+                    list.collection_type_url.clone(),
+                    Subscription::Name(normal.to_owned()),
+                    params.clone(),
+                ));
+                out.insert((
+                    list.member_type_url.clone(),
+                    Subscription::Collection(list.members.to_string()),
+                    params.clone(),
+                ));
             }
-            out.insert((
-                Subscription::Collection(glob.url.to_string()),
-                glob.params.clone(),
-            ));
-        }
+            None => {
+                out.insert((
+                    self.type_url.clone(),
+                    Subscription::Name(normal.to_owned()),
+                    params.clone(),
+                ));
+            }
+        };
         let unconstrained_globs: Vec<&Glob> =
             self.globs.values().filter(|g| !g.constrained).collect();
         for normal in self.names.values() {
-            if wildcard {
+            if wildcard && !self.lists.contains_key(normal) {
                 continue;
             }
             let in_glob = !unconstrained_globs.is_empty()
                 && vxds_core::xdstp::XdstpUrn::parse(normal)
                     .is_ok_and(|urn| unconstrained_globs.iter().any(|g| g.url.glob_matches(&urn)));
             if !in_glob {
-                out.insert((
-                    Subscription::Name(normal.clone()),
-                    self.default_params.clone(),
-                ));
+                add(normal, &self.default_params);
             }
         }
         for ((_, params), normal) in &self.locators {
-            out.insert((Subscription::Name(normal.clone()), params.clone()));
+            add(normal, params);
+        }
+        if wildcard {
+            out.insert((
+                self.type_url.clone(),
+                Subscription::Wildcard,
+                self.default_params.clone(),
+            ));
+        }
+        for glob in self.globs.values() {
+            if !glob.constrained && wildcard {
+                continue;
+            }
+            out.insert((
+                self.type_url.clone(),
+                Subscription::Collection(glob.url.to_string()),
+                glob.params.clone(),
+            ));
         }
         out.into_iter().collect()
     }

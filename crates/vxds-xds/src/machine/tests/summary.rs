@@ -6,7 +6,18 @@ use vxds_core::impact::Subscription;
 
 use super::*;
 
+/// What the stream's `type_url` subscriptions contribute, all under that type.
 fn summary_of(m: &StreamMachine, type_url: &str) -> Vec<(Subscription, ParamSet)> {
+    full_summary_of(m, type_url)
+        .into_iter()
+        .map(|(t, s, p)| {
+            assert_eq!(t, type_url);
+            (s, p)
+        })
+        .collect()
+}
+
+fn full_summary_of(m: &StreamMachine, type_url: &str) -> Vec<(String, Subscription, ParamSet)> {
     let status = m.status();
     let status = status.lock().unwrap();
     status
@@ -87,5 +98,32 @@ fn a_wildcard_covers_the_plain_names_it_includes() {
     assert_eq!(
         summary_of(&m, CLUSTER),
         [(Subscription::Wildcard, ParamSet::new())]
+    );
+}
+
+#[test]
+fn a_list_collection_stands_for_its_stored_collection_and_its_members() {
+    let list = "xdstp://auth/envoy.config.listener.v3.ListenerCollection/edge?zone=eu";
+    let mut m = delta_machine();
+    let mut request = delta_request(LISTENER, &[list], &[], "");
+    request.node = Some(node_with(LISTENER, &[("env", "prod")]));
+    m.on_delta_request(request).unwrap();
+    let prod = params(&[("env", "prod")]);
+    assert_eq!(
+        full_summary_of(&m, LISTENER),
+        [
+            (
+                LISTENER.to_owned(),
+                Subscription::Collection(
+                    "xdstp://auth/envoy.config.listener.v3.Listener/edge/*?zone=eu".into()
+                ),
+                prod.clone()
+            ),
+            (
+                "type.googleapis.com/envoy.config.listener.v3.ListenerCollection".to_owned(),
+                Subscription::Name(list.into()),
+                prod
+            ),
+        ]
     );
 }
