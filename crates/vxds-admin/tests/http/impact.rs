@@ -136,6 +136,21 @@ async fn dry_runs_preview_the_impact_on_every_replicas_clients(db: TestDb) {
         "/operations/0/variants/1/constraints"
     );
 
+    // A dry-run restore previews too: back to revision 0, where `web` did not exist.
+    let restore = post(
+        "/v1/revisions/0/restore",
+        json!({"dry_run": true}),
+        Some(write.clone()),
+    )
+    .await;
+    assert_eq!(restore.status, StatusCode::OK, "{}", restore.text);
+    let web = &restore.body["impact"]["resources"][0];
+    assert_eq!(
+        (web["name"].as_str(), web["change"].as_str()),
+        (Some("web"), Some("deleted"))
+    );
+    assert_eq!(web["affected"], 4);
+
     // A dry-run delete loses every matched client.
     let delete = api
         .call(

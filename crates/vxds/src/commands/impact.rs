@@ -19,6 +19,12 @@ pub fn table(report: &Value) -> String {
         .collect();
     let count =
         |n: usize, one: &str, many: &str| format!("{n} {}", if n == 1 { one } else { many });
+    if report["streams"].as_u64().unwrap_or(0) == 0 {
+        return format!(
+            "impact: no clients connected ({} counted)\n",
+            count(replicas.len(), "replica", "replicas")
+        );
+    }
     let mut text = format!(
         "impact on {} connected over {}{}\n",
         count(
@@ -46,6 +52,10 @@ pub fn table(report: &Value) -> String {
             .as_str()
             .or(resource["type_url"].as_str())
             .unwrap_or_default();
+        // Nobody subscribes: nothing to say about it.
+        if resource["streams"].as_u64().unwrap_or(0) == 0 {
+            continue;
+        }
         let name = format!("{ty} {}", resource["name"].as_str().unwrap_or_default());
         let variant = |v: &Value| v.as_str().unwrap_or("-").to_owned();
         for m in resource["moves"].as_array().into_iter().flatten() {
@@ -86,6 +96,10 @@ pub fn table(report: &Value) -> String {
                 String::new(),
             ]);
         }
+    }
+    if rows.len() == 1 {
+        text.push_str("  no connected client subscribes to what changes\n");
+        return text;
     }
     let mut widths = [0usize; 6];
     for row in &rows {
@@ -128,6 +142,19 @@ mod tests {
                 ],
             }],
         });
+        assert_eq!(
+            table(
+                &json!({"streams": 0, "replicas": [{"replica_id": "a", "streams": 0}], "resources": []})
+            ),
+            "impact: no clients connected (1 replica counted)\n"
+        );
+        let nobody = json!({"streams": 2, "replicas": [], "resources": [
+            {"type": "route", "name": "web", "streams": 0, "unchanged": 0, "unmatched": 0, "moves": []}
+        ]});
+        assert_eq!(
+            table(&nobody),
+            "impact on 2 streams connected over 0 replicas\n  no connected client subscribes to what changes\n"
+        );
         assert_eq!(
             table(&report),
             "impact on 5 streams connected over 2 replicas (a 3, b 2)\n\
