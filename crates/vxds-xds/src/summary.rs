@@ -23,8 +23,16 @@ impl Registry {
                 vec![status.node_id.clone()]
             };
             for ty in &status.types {
-                for (type_url, subscription, params) in &ty.summary {
-                    builder.add(type_url, subscription.clone(), params, 1, &nodes);
+                for group in &ty.summary {
+                    for subscription in &group.subscriptions {
+                        builder.add(
+                            &group.type_url,
+                            subscription.clone(),
+                            &group.params,
+                            1,
+                            &nodes,
+                        );
+                    }
                 }
             }
         }
@@ -41,19 +49,24 @@ mod tests {
     use vxds_store::Snapshot;
 
     use super::*;
-    use crate::status::{ClientStatus, TypeStatus};
+    use crate::status::{ClientStatus, SubscriptionGroup, TypeStatus};
 
     const ROUTE: &str = "type.googleapis.com/envoy.config.route.v3.RouteConfiguration";
 
     fn status(
         node: &str,
-        subscriptions: &[(String, Subscription, ParamSet)],
+        subscription: Subscription,
+        params: &ParamSet,
     ) -> Arc<Mutex<ClientStatus>> {
         Arc::new(Mutex::new(ClientStatus {
             node_id: node.to_owned(),
             types: vec![TypeStatus {
                 type_url: ROUTE.to_owned(),
-                summary: subscriptions.to_vec(),
+                summary: vec![SubscriptionGroup {
+                    type_url: ROUTE.to_owned(),
+                    params: params.clone(),
+                    subscriptions: vec![subscription],
+                }],
                 ..Default::default()
             }],
             ..Default::default()
@@ -71,10 +84,7 @@ mod tests {
             (2, "n1", &prod),
             (3, "", &ParamSet::new()),
         ] {
-            held.push(registry.register(
-                id,
-                status(node, &[(ROUTE.to_owned(), web.clone(), params.clone())]),
-            ));
+            held.push(registry.register(id, status(node, web.clone(), params)));
         }
         let summary = registry.summary();
         assert_eq!(summary.streams, 3);

@@ -22,7 +22,7 @@ use vxds_core::{ConstraintsId, ParamSet};
 use vxds_envoy::collections::ListCollection;
 use vxds_store::{IndexedResource, IndexedVariant, Snapshot};
 
-use crate::status::{HeldKey, HeldResource};
+use crate::status::{HeldKey, HeldResource, SubscriptionGroup};
 use crate::wire::{Naming, Wrapped};
 
 /// What a client tracks. Names are shared (with the index, or with the subscription), since
@@ -621,27 +621,27 @@ impl TypeState {
     /// under a wildcard (they resolve with the same parameters, as one item). A list
     /// collection stands for the stored collection of its name and for its members (the glob
     /// it is built from), each under its own type.
-    pub fn summary_subscriptions(&self) -> Vec<(String, Subscription, ParamSet)> {
+    pub fn summary_subscriptions<'s>(&'s self) -> Vec<SubscriptionGroup> {
         let wildcard = self.wildcard();
-        let mut out: BTreeSet<(String, Subscription, ParamSet)> = BTreeSet::new();
-        let mut add = |normal: &str, params: &ParamSet| match self.lists.get(normal) {
+        let mut out: BTreeSet<(String, &'s ParamSet, Subscription)> = BTreeSet::new();
+        let mut add = |normal: &str, params: &'s ParamSet| match self.lists.get(normal) {
             Some(list) => {
                 out.insert((
                     list.collection_type_url.clone(),
+                    params,
                     Subscription::Name(normal.to_owned()),
-                    params.clone(),
                 ));
                 out.insert((
                     list.member_type_url.clone(),
+                    params,
                     Subscription::Collection(list.members.to_string()),
-                    params.clone(),
                 ));
             }
             None => {
                 out.insert((
                     self.type_url.clone(),
+                    params,
                     Subscription::Name(normal.to_owned()),
-                    params.clone(),
                 ));
             }
         };
@@ -664,8 +664,8 @@ impl TypeState {
         if wildcard {
             out.insert((
                 self.type_url.clone(),
+                &self.default_params,
                 Subscription::Wildcard,
-                self.default_params.clone(),
             ));
         }
         for glob in self.globs.values() {
@@ -674,11 +674,24 @@ impl TypeState {
             }
             out.insert((
                 self.type_url.clone(),
+                &glob.params,
                 Subscription::Collection(glob.url.to_string()),
-                glob.params.clone(),
             ));
         }
-        out.into_iter().collect()
+        let mut groups: Vec<SubscriptionGroup> = Vec::new();
+        for (type_url, params, subscription) in out {
+            match groups.last_mut() {
+                Some(g) if g.type_url == type_url && &g.params == params => {
+                    g.subscriptions.push(subscription)
+                }
+                _ => groups.push(SubscriptionGroup {
+                    type_url,
+                    params: params.clone(),
+                    subscriptions: vec![subscription],
+                }),
+            }
+        }
+        groups
     }
 
     /// Human-readable subscriptions, for `/v1/clients`.

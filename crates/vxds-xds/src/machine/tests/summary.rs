@@ -17,15 +17,31 @@ fn summary_of(m: &StreamMachine, type_url: &str) -> Vec<(Subscription, ParamSet)
         .collect()
 }
 
+/// Every (type, subscription, parameters) of the stream's `type_url` status, sorted.
 fn full_summary_of(m: &StreamMachine, type_url: &str) -> Vec<(String, Subscription, ParamSet)> {
     let status = m.status();
     let status = status.lock().unwrap();
-    status
+    let groups = status
         .types
         .iter()
         .find(|t| t.type_url == type_url)
         .map(|t| t.summary.clone())
-        .unwrap_or_default()
+        .unwrap_or_default();
+    let mut flat: Vec<(String, Subscription, ParamSet)> = groups
+        .iter()
+        .flat_map(|g| {
+            g.subscriptions
+                .iter()
+                .map(|s| (g.type_url.clone(), s.clone(), g.params.clone()))
+        })
+        .collect();
+    flat.sort();
+    // Each group holds one parameter set of one type.
+    let mut keys: Vec<(&String, &ParamSet)> =
+        groups.iter().map(|g| (&g.type_url, &g.params)).collect();
+    keys.dedup();
+    assert_eq!(keys.len(), groups.len(), "{groups:?}");
+    flat
 }
 
 fn params(pairs: &[(&str, &str)]) -> ParamSet {
