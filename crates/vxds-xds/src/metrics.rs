@@ -22,8 +22,8 @@ pub struct TypeLabels {
 
 #[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
 pub struct ClosedLabels {
-    /// `client` (it closed), `keepalive` (a ping went unanswered), `error` (a reset, a
-    /// protocol error), `max_age`, `drain`.
+    /// `client` (it closed), `keepalive` (a ping went unanswered), `silent` (it sent nothing),
+    /// `error` (a reset, a protocol error), `max_age`, `drain`.
     pub reason: &'static str,
 }
 
@@ -67,7 +67,7 @@ impl XdsMetrics {
         );
         registry.register(
             "vxds_xds_connections_closed",
-            "xDS connections closed, by reason: client, keepalive, error, max_age, drain",
+            "xDS connections closed, by reason: client, keepalive, silent, error, max_age, drain",
             metrics.connections_closed.clone(),
         );
         registry.register(

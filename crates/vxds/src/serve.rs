@@ -104,7 +104,8 @@ pub struct ServeArgs {
     /// the interval plus `--xds-keepalive-timeout`. `0s` sends none.
     #[arg(long, env = "VXDS_XDS_KEEPALIVE_INTERVAL", default_value = "30s", value_parser = humantime::parse_duration)]
     pub xds_keepalive_interval: std::time::Duration,
-    /// How long a ping may go unanswered before the connection is closed.
+    /// How long a ping may go unanswered before the connection is closed; also how long a new
+    /// connection may stay silent (no HTTP/2 preface) before it is closed.
     #[arg(long, env = "VXDS_XDS_KEEPALIVE_TIMEOUT", default_value = "10s", value_parser = humantime::parse_duration)]
     pub xds_keepalive_timeout: std::time::Duration,
     /// Close xDS connections this old (±10 % jitter; gRPC's MAX_CONNECTION_AGE) so that load

@@ -84,8 +84,16 @@ async fn an_rtds_layer_lives_by_heartbeats_and_expires_without_them(ads: Ads) {
     vxds.child.kill().unwrap();
     vxds.child.wait().unwrap();
     let killed = Instant::now();
-    wait_for_flag(&client, envoy_admin, "static", TTL + Duration::from_secs(2)).await;
-    assert!(killed.elapsed() <= TTL + Duration::from_secs(2));
+    // The last heartbeat came before the kill, so the layer lapses within the TTL of it (the
+    // slack is the polling and Envoy's TTL timer granularity).
+    wait_for_flag(
+        &client,
+        envoy_admin,
+        "static",
+        TTL + Duration::from_millis(500),
+    )
+    .await;
+    eprintln!("fell back {:?} after the kill", killed.elapsed());
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]

@@ -119,6 +119,27 @@ pub(super) fn resolve_list(
         .flatten()
         .and_then(|u| u.entry().map(str::to_owned));
     let normal = list.urn.to_string();
+    // Streams with equal parameters share what is made: built once per snapshot.
+    let key = vxds_store::DerivedKey {
+        name: normal.clone(),
+        entry: entry.clone(),
+        params: params.clone(),
+        inline,
+    };
+    snapshot.derive(key, || {
+        build_list(list, normal, entry, stored, params, inline, snapshot)
+    })
+}
+
+fn build_list(
+    list: &ListCollection,
+    normal: String,
+    entry: Option<String>,
+    stored: Option<&Arc<IndexedResource>>,
+    params: &ParamSet,
+    inline: bool,
+    snapshot: &Snapshot,
+) -> vxds_store::Derivation {
     let made = |type_url: &str, body: Bytes, version: Arc<str>| {
         let key = ResourceKey {
             type_url: type_url.to_owned(),
