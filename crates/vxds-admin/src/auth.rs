@@ -207,7 +207,7 @@ pub(crate) fn required_scope(method: &Method, path: &str) -> Option<Scope> {
     match path {
         "/healthz" | "/healthz/store" | "/readyz" | "/v1/openapi.json" => None,
         // Resolving only reads, whatever its method.
-        "/v1/resolve" => Some(Scope::Read),
+        "/v1/resolve" | "/v1/impact" => Some(Scope::Read),
         _ if method == Method::GET || method == Method::HEAD => Some(Scope::Read),
         _ => Some(Scope::Write),
     }

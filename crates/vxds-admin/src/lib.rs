@@ -13,6 +13,7 @@ mod clients;
 mod conditional;
 mod export;
 mod health;
+pub mod impact;
 pub mod metrics;
 pub mod origin;
 pub mod problem;
@@ -55,6 +56,8 @@ pub struct AdminState {
     pub clients: Option<Arc<vxds_xds::Registry>>,
     /// The `Host` names and `Origin`s requests may come with.
     pub origins: Arc<OriginPolicy>,
+    /// This replica's id in the store's client summaries (impact preview).
+    pub replica_id: Option<Arc<str>>,
     /// The xDS server's identity template, for `/v1/resolve` with an identity.
     pub identity_template: Option<Arc<vxds_core::IdentityTemplate>>,
     /// Set when the server starts shutting down: `/readyz` answers 503.
@@ -83,6 +86,7 @@ impl AdminState {
             registry,
             body_limit,
             clients: None,
+            replica_id: None,
             origins: Arc::new(OriginPolicy::default()),
             identity_template: None,
             draining: None,
@@ -137,6 +141,13 @@ impl AdminState {
             }
         }
         methods.join(", ")
+    }
+
+    /// The id this replica publishes its client summary under, so that a preview counts its
+    /// clients once (afresh, not as published).
+    pub fn with_replica_id(mut self, replica_id: impl Into<Arc<str>>) -> Self {
+        self.replica_id = Some(replica_id.into());
+        self
     }
 
     /// Shows the streams of the xDS server in `/v1/clients`.
@@ -196,6 +207,7 @@ fn api_router() -> OpenApiRouter<AdminState> {
         .routes(routes!(export::export))
         .routes(routes!(resources::get, resources::put, resources::delete))
         .routes(routes!(changesets::post))
+        .routes(routes!(impact::preview))
         .routes(routes!(resolve::resolve))
         .routes(routes!(revisions::list))
         .routes(routes!(revisions::get))

@@ -472,10 +472,5 @@ pub async fn delete(
         Err(ApplyError::Conflict(conflict)) => return Err(condition_failed(&state, &conflict)),
         other => crate::changesets::record(&state, other, Some("/operations/0"))?,
     };
-    Ok(Json(WriteResult {
-        revision: applied.revision,
-        dry_run: applied.dry_run,
-        changed: applied.changes.iter().map(change_repr).collect(),
-        warnings: vec![],
-    }))
+    Ok(Json(crate::impact::write_result(&state, applied).await?))
 }

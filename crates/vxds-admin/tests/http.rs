@@ -6,6 +6,8 @@
 mod bulk;
 #[path = "http/hardening.rs"]
 mod hardening;
+#[path = "http/impact.rs"]
+mod impact;
 #[path = "http/outage.rs"]
 mod outage;
 #[path = "http/restore.rs"]

@@ -27,6 +27,8 @@ mod outage;
 mod redirects;
 #[path = "contract/restore.rs"]
 mod restore;
+#[path = "contract/summaries.rs"]
+mod summaries;
 
 const ROUTE: &str = "type.googleapis.com/envoy.config.route.v3.RouteConfiguration";
 const CLUSTER: &str = "type.googleapis.com/envoy.config.cluster.v3.Cluster";

@@ -7,7 +7,8 @@
 //! - [`service`]: the gRPC services (ADS and the nine per-type ones, from one generic
 //!   implementation), a task per stream, bounded queues.
 //! - [`wire`]: responses encoded around the variants' shared bytes.
-//! - [`csds`], [`status`]: what the server knows of each client; [`metrics`]: Prometheus.
+//! - [`csds`], [`status`]: what the server knows of each client; [`summary`]: the compact
+//!   summary of them impact preview reads; [`metrics`]: Prometheus.
 //!
 //! It reads only the in-memory index, never the database.
 #![forbid(unsafe_code)]
@@ -21,6 +22,7 @@ pub mod params;
 pub mod registry;
 mod service;
 pub mod status;
+pub mod summary;
 pub mod types;
 pub mod wire;
 

@@ -639,6 +639,7 @@ impl StreamMachine {
         let entry = type_entry(&mut status, type_url);
         if subscriptions {
             entry.subscriptions = ty.describe_subscriptions();
+            entry.summary = ty.summary_subscriptions();
             entry.params = ty.default_params.0.clone();
         }
         if let Some(sources) = sources {

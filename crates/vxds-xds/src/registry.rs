@@ -406,12 +406,17 @@ impl Registry {
         self.len() == 0
     }
 
+    /// Every stream's shared status, in no order.
+    pub(crate) fn statuses(&self) -> Vec<Arc<Mutex<ClientStatus>>> {
+        match self.indexes.lock() {
+            Ok(indexes) => indexes.streams.values().map(|e| e.status.clone()).collect(),
+            Err(_) => Vec::new(),
+        }
+    }
+
     /// Every stream's status, by stream id.
     pub fn clients(&self) -> Vec<ClientStatus> {
-        let statuses: Vec<Arc<Mutex<ClientStatus>>> = match self.indexes.lock() {
-            Ok(indexes) => indexes.streams.values().map(|e| e.status.clone()).collect(),
-            Err(_) => return Vec::new(),
-        };
+        let statuses = self.statuses();
         let mut clients: Vec<ClientStatus> = statuses
             .iter()
             .filter_map(|s| s.lock().ok().map(|s| s.clone()))

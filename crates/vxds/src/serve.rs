@@ -125,6 +125,15 @@ pub struct ServeArgs {
     /// Largest xDS response, in bytes; a stream whose state outgrows it fails with a clear error.
     #[arg(long, env = "VXDS_XDS_MAX_RESPONSE_BYTES", default_value_t = 256 << 20)]
     pub xds_max_response_bytes: usize,
+    /// This replica's name in the store's client summaries (impact preview). Default: the
+    /// host name and process id.
+    #[arg(long, env = "VXDS_REPLICA_ID")]
+    pub replica_id: Option<String>,
+    /// How often this replica publishes the summary of its connected clients to the store,
+    /// so that a dry run on any replica sees the whole fleet's; a summary not renewed within
+    /// three periods no longer counts. `0s`: never publish.
+    #[arg(long, env = "VXDS_CLIENT_SUMMARY_PERIOD", default_value = "5s", value_parser = humantime::parse_duration)]
+    pub client_summary_period: std::time::Duration,
     #[command(flatten)]
     pub tls: TlsArgs,
 }
@@ -313,6 +322,16 @@ pub async fn run(args: ServeArgs) -> anyhow::Result<ExitCode> {
         ..Default::default()
     };
     let xds = vxds_xds::XdsServer::new(index.clone(), xds_config, xds_metrics);
+    let replica_id = args.replica_id.clone().unwrap_or_else(default_replica_id);
+    let summaries = (!args.client_summary_period.is_zero()).then(|| {
+        tokio::spawn(vxds_admin::impact::publish_summaries(
+            store.clone(),
+            xds.registry(),
+            replica_id.clone(),
+            args.client_summary_period,
+        ))
+    });
+    info!(replica = %replica_id, period = ?args.client_summary_period, "publishing the client summary");
     let state = AdminState::new(
         store.clone(),
         index.clone(),
@@ -322,6 +341,7 @@ pub async fn run(args: ServeArgs) -> anyhow::Result<ExitCode> {
         args.admin_body_limit,
     )
     .with_clients(xds.registry())
+    .with_replica_id(replica_id.clone())
     .with_origin_policy(origins)
     .with_identity_template(template.clone());
     // Set on the signal: `/readyz` turns 503 while xDS drains.
@@ -396,9 +416,27 @@ pub async fn run(args: ServeArgs) -> anyhow::Result<ExitCode> {
     }
 
     info!("shutting down");
+    if let Some(summaries) = summaries {
+        summaries.abort();
+        // Its clients have moved on: other replicas stop counting them now, not at expiry.
+        if let Err(e) = store.withdraw_client_summary(&replica_id).await {
+            tracing::debug!(error = %e, "withdrawing the client summary failed; it expires");
+        }
+    }
     follower.abort();
     store.close().await;
     Ok(ExitCode::SUCCESS)
+}
+
+/// The host name and process id: unique per process across a fleet.
+fn default_replica_id() -> String {
+    let host = std::fs::read_to_string("/proc/sys/kernel/hostname")
+        .ok()
+        .or_else(|| std::env::var("HOSTNAME").ok())
+        .map(|h| h.trim().to_owned())
+        .filter(|h| !h.is_empty())
+        .unwrap_or_else(|| "vxds".to_owned());
+    format!("{host}-{}", std::process::id())
 }
 
 /// Connections the kernel queues for the xDS listener before it accepts them: a fleet

@@ -101,6 +101,7 @@ impl Store {
                         dry_run: options.dry_run,
                         changes: Vec::new(),
                         warnings: Vec::new(),
+                        previews: Vec::new(),
                     },
                 });
             }

@@ -26,7 +26,8 @@ use vxds_envoy::resource::CLUSTER;
 
 use super::{Backend, Store, notify};
 use crate::error::{ApplyError, Conflict, StoreError};
-use crate::model::{Applied, Change, ChangeKind};
+use crate::model::{Applied, Change, ChangeKind, Preview};
+use vxds_core::impact::VariantState;
 
 pub(crate) fn now_ms() -> i64 {
     SystemTime::now()
@@ -191,6 +192,11 @@ impl Store {
         let dry_run = changeset.dry_run;
         if changes.is_empty() || dry_run {
             let revision = if changes.is_empty() { head } else { head + 1 };
+            let previews = if dry_run {
+                previews(&mut tx, changeset, &changes).await?
+            } else {
+                Vec::new()
+            };
             tx.rollback().await.map_err(StoreError::from)?;
             return Ok((
                 Applied {
@@ -198,6 +204,7 @@ impl Store {
                     dry_run,
                     changes,
                     warnings,
+                    previews,
                 },
                 false,
             ));
@@ -256,10 +263,64 @@ impl Store {
                 dry_run: false,
                 changes,
                 warnings,
+                previews: Vec::new(),
             },
             true,
         ))
     }
+}
+
+/// Each changed resource's variants now (read under the lock, as the changeset's checks were)
+/// and as the changeset would leave them.
+async fn previews(
+    tx: &mut Transaction<'_, Any>,
+    changeset: &changeset::ValidatedChangeset,
+    changes: &[Change],
+) -> Result<Vec<Preview>, StoreError> {
+    let mut previews = Vec::with_capacity(changes.len());
+    for change in changes {
+        let rows = sqlx::query(
+            "SELECT variant_id, constraints, version FROM vxds_variants \
+             WHERE type_url = $1 AND name = $2 ORDER BY position",
+        )
+        .bind(&change.key.type_url)
+        .bind(&change.key.name)
+        .fetch_all(&mut **tx)
+        .await?;
+        let mut before = Vec::with_capacity(rows.len());
+        for row in rows {
+            let (_, constraints) =
+                super::read::stored_constraints(row.try_get(0)?, row.try_get(1)?)?;
+            before.push(VariantState {
+                constraints,
+                version: row.try_get(2)?,
+            });
+        }
+        // The last operation on a key decides its state.
+        let after = match changeset
+            .operations
+            .iter()
+            .rev()
+            .find(|op| op.key == change.key)
+            .map(|op| &op.action)
+        {
+            Some(Action::Put(resource)) => resource
+                .variants
+                .iter()
+                .map(|v| VariantState {
+                    constraints: v.constraints.clone(),
+                    version: v.version.clone(),
+                })
+                .collect(),
+            Some(Action::Delete) | None => Vec::new(),
+        };
+        previews.push(Preview {
+            key: change.key.clone(),
+            before,
+            after,
+        });
+    }
+    Ok(previews)
 }
 
 fn short_type(type_url: &str) -> &str {

@@ -24,6 +24,7 @@ mod collections;
 mod identity;
 mod removals;
 mod subscriptions;
+mod summary;
 mod ttl;
 
 /// A store in memory: changesets in, snapshots out.

@@ -16,12 +16,13 @@ use std::collections::{BTreeMap, BTreeSet};
 use std::sync::Arc;
 
 use bytes::Bytes;
+use vxds_core::impact::Subscription;
 use vxds_core::xdstp::{SubscriptionName, XdstpUrl};
 use vxds_core::{ConstraintsId, ParamSet};
 use vxds_envoy::collections::ListCollection;
 use vxds_store::{IndexedResource, IndexedVariant, Snapshot};
 
-use crate::status::{HeldKey, HeldResource};
+use crate::status::{HeldKey, HeldResource, SubscriptionGroup};
 use crate::wire::{Naming, Wrapped};
 
 /// What a client tracks. Names are shared (with the index, or with the subscription), since
@@ -612,6 +613,85 @@ impl TypeState {
             wildcard: self.wildcard(),
             collections: self.globs.values().map(|g| g.url.to_string()).collect(),
         }
+    }
+
+    /// The subscriptions with the type and parameters each resolves with, for the client
+    /// summary (impact preview). What the client would hold twice under one key is listed
+    /// once: a plain name a wildcard or an unconstrained glob also covers, an unconstrained glob
+    /// under a wildcard (they resolve with the same parameters, as one item). A list
+    /// collection stands for the stored collection of its name and for its members (the glob
+    /// it is built from), each under its own type.
+    pub fn summary_subscriptions<'s>(&'s self) -> Vec<SubscriptionGroup> {
+        let wildcard = self.wildcard();
+        let mut out: BTreeSet<(String, &'s ParamSet, Subscription)> = BTreeSet::new();
+        let mut add = |normal: &str, params: &'s ParamSet| match self.lists.get(normal) {
+            Some(list) => {
+                out.insert((
+                    list.collection_type_url.clone(),
+                    params,
+                    Subscription::Name(normal.to_owned()),
+                ));
+                out.insert((
+                    list.member_type_url.clone(),
+                    params,
+                    Subscription::Collection(list.members.to_string()),
+                ));
+            }
+            None => {
+                out.insert((
+                    self.type_url.clone(),
+                    params,
+                    Subscription::Name(normal.to_owned()),
+                ));
+            }
+        };
+        let unconstrained_globs: Vec<&Glob> =
+            self.globs.values().filter(|g| !g.constrained).collect();
+        for normal in self.names.values() {
+            if wildcard && !self.lists.contains_key(normal) {
+                continue;
+            }
+            let in_glob = !unconstrained_globs.is_empty()
+                && vxds_core::xdstp::XdstpUrn::parse(normal)
+                    .is_ok_and(|urn| unconstrained_globs.iter().any(|g| g.url.glob_matches(&urn)));
+            if !in_glob {
+                add(normal, &self.default_params);
+            }
+        }
+        for ((_, params), normal) in &self.locators {
+            add(normal, params);
+        }
+        if wildcard {
+            out.insert((
+                self.type_url.clone(),
+                &self.default_params,
+                Subscription::Wildcard,
+            ));
+        }
+        for glob in self.globs.values() {
+            if !glob.constrained && wildcard {
+                continue;
+            }
+            out.insert((
+                self.type_url.clone(),
+                &glob.params,
+                Subscription::Collection(glob.url.to_string()),
+            ));
+        }
+        let mut groups: Vec<SubscriptionGroup> = Vec::new();
+        for (type_url, params, subscription) in out {
+            match groups.last_mut() {
+                Some(g) if g.type_url == type_url && &g.params == params => {
+                    g.subscriptions.push(subscription)
+                }
+                _ => groups.push(SubscriptionGroup {
+                    type_url,
+                    params: params.clone(),
+                    subscriptions: vec![subscription],
+                }),
+            }
+        }
+        groups
     }
 
     /// Human-readable subscriptions, for `/v1/clients`.
