@@ -12,6 +12,7 @@ const state = {
   stream: null,       // AbortController of the event stream
   refreshTimer: null,
   view: null,
+  notice: null,       // a message for the next render of the revisions page
 };
 
 // ---- DOM ----------------------------------------------------------------------------------
@@ -350,8 +351,10 @@ async function renderRevisions() {
   }
   const newest = all.slice(-200).reverse();
   if (newest.length) state.head = Math.max(state.head, newest[0].revision);
+  const notice = state.notice || { kind: "", text: "" };
+  state.notice = null;
   show(el("h1", {}, "Revisions"),
-    el("p", { id: "restore-result" }),
+    el("p", { id: "restore-result", class: notice.kind }, notice.text),
     el("div", { id: "revisions" }, newest.map(revisionNode)));
 }
 
@@ -423,10 +426,10 @@ async function restore(revision, box) {
   const result = $("restore-result");
   try {
     const answer = await api("POST", "/v1/revisions/" + revision + "/restore",
-      { expected_revision: state.head, message: "restore to revision " + revision + " (console)" });
+      { expected_revision: state.head, message: "via the web console" });
     box.remove();
-    result.className = "ok";
-    result.textContent = answer.summary || ("restored revision " + revision + " as revision " + answer.revision);
+    // Shown by the re-rendered list, which has the new revision.
+    state.notice = { kind: "ok", text: "Revision " + answer.revision + ": " + (answer.summary || "restored revision " + revision) };
     route();
   } catch (e) {
     box.remove();
