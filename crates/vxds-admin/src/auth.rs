@@ -208,7 +208,11 @@ pub(crate) fn required_scope(method: &Method, path: &str) -> Option<Scope> {
         "/healthz" | "/healthz/store" | "/readyz" | "/v1/openapi.json" => None,
         // The console's page and script hold no data; it reads the API with the operator's
         // token.
-        _ if crate::ui::is_console_path(path) && (method == Method::GET || method == Method::HEAD) => None,
+        _ if crate::ui::is_console_path(path)
+            && (method == Method::GET || method == Method::HEAD) =>
+        {
+            None
+        }
         // Resolving only reads, whatever its method.
         "/v1/resolve" => Some(Scope::Read),
         _ if method == Method::GET || method == Method::HEAD => Some(Scope::Read),
@@ -400,6 +404,9 @@ mod tests {
         assert_eq!(required_scope(&Method::GET, "/metrics"), Some(Scope::Read));
         assert_eq!(required_scope(&Method::GET, "/ui/console.js"), None);
         assert_eq!(required_scope(&Method::POST, "/ui/"), Some(Scope::Write));
-        assert_eq!(required_scope(&Method::GET, "/v1/events"), Some(Scope::Read));
+        assert_eq!(
+            required_scope(&Method::GET, "/v1/events"),
+            Some(Scope::Read)
+        );
     }
 }

@@ -149,7 +149,7 @@ fn last_event_id(headers: &HeaderMap) -> Result<Option<u64>, ApiError> {
         ("Last-Event-ID" = Option<u64>, Header, description = "Resume: replay every revision after this one first"),
     ),
     responses(
-        (status = 200, description = "A `text/event-stream`: `hello` (id: the head revision), then `revision` events (id: the revision number), `client_connected`, `client_disconnected`, `ack`, `nack` (with the client's error text), `lagged` (client events missed by a slow reader) and `reset` (the head went backwards); keep-alive comments while idle. Each `data:` is the JSON of the `StreamEvent` variant the `event:` names (`client` for the four client events, told apart by their `event` field).", body = StreamEvent, content_type = "text/event-stream"),
+        (status = 200, description = "A `text/event-stream`: with `Last-Event-ID`, the revisions after it replayed first; then `hello` (id: the revision the reader is current with); then live `revision` events (id: the revision number), `client_connected`, `client_disconnected`, `ack`, `nack` (with the client's error text), `lagged` (client events missed by a slow reader) and `reset` (the head went backwards); keep-alive comments while idle. Each `data:` is the JSON of the `StreamEvent` variant the `event:` names (`client` for the four client events, told apart by their `event` field).", body = StreamEvent, content_type = "text/event-stream"),
         (status = 400, description = "A `Last-Event-ID` that is not a revision number", body = ProblemBody, content_type = "application/problem+json"),
         ReadProblems,
     ),
@@ -311,7 +311,11 @@ async fn catch_up(
                 committed_at: timestamp(revision.created_at_ms),
                 author: revision.author.clone(),
                 message: revision.message.clone(),
-                changed: revision.changes.iter().map(|c| changed_name(&c.key)).collect(),
+                changed: revision
+                    .changes
+                    .iter()
+                    .map(|c| changed_name(&c.key))
+                    .collect(),
             };
             send(tx, revision_event(&event)).await?;
             *last = revision.revision;

@@ -25,7 +25,10 @@ pub const PREFIX: &str = "/ui";
 
 /// Whether `path` is one of the console's files (served without a token).
 pub fn is_console_path(path: &str) -> bool {
-    path == PREFIX || path.strip_prefix(PREFIX).is_some_and(|rest| rest.starts_with('/'))
+    path == PREFIX
+        || path
+            .strip_prefix(PREFIX)
+            .is_some_and(|rest| rest.starts_with('/'))
 }
 
 const CSP: &str = "default-src 'none'; script-src 'self'; style-src 'self'; connect-src 'self'; \
@@ -35,13 +38,19 @@ fn asset(content_type: &'static str, body: &'static str) -> Response {
     let mut response = body.into_response();
     let headers = response.headers_mut();
     headers.insert(header::CONTENT_TYPE, HeaderValue::from_static(content_type));
-    headers.insert(header::CONTENT_SECURITY_POLICY, HeaderValue::from_static(CSP));
+    headers.insert(
+        header::CONTENT_SECURITY_POLICY,
+        HeaderValue::from_static(CSP),
+    );
     headers.insert(header::X_FRAME_OPTIONS, HeaderValue::from_static("DENY"));
     headers.insert(
         header::X_CONTENT_TYPE_OPTIONS,
         HeaderValue::from_static("nosniff"),
     );
-    headers.insert(header::REFERRER_POLICY, HeaderValue::from_static("no-referrer"));
+    headers.insert(
+        header::REFERRER_POLICY,
+        HeaderValue::from_static("no-referrer"),
+    );
     // A new binary may bring a new script: always revalidate.
     headers.insert(header::CACHE_CONTROL, HeaderValue::from_static("no-cache"));
     response

@@ -406,8 +406,8 @@ fn publish_answers(events: &ClientEvents, machine: &StreamMachine, outcome: &Req
     let Ok(status) = status.lock() else {
         return;
     };
-    let answers = (outcome.acks.iter().map(|t| (t, false)))
-        .chain(outcome.nacks.iter().map(|t| (t, true)));
+    let answers =
+        (outcome.acks.iter().map(|t| (t, false))).chain(outcome.nacks.iter().map(|t| (t, true)));
     for (type_url, nacked) in answers {
         if let Some(answer) = Answer::of(&status, type_url, nacked) {
             events.send(if nacked {

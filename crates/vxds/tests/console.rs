@@ -35,7 +35,12 @@ fn workspace() -> &'static Path {
     Path::new(concat!(env!("CARGO_MANIFEST_DIR"), "/../.."))
 }
 
-async fn rest(server: &ServeProcess, method: reqwest::Method, path: &str, body: Option<Value>) -> Value {
+async fn rest(
+    server: &ServeProcess,
+    method: reqwest::Method,
+    path: &str,
+    body: Option<Value>,
+) -> Value {
     let mut request = reqwest::Client::new()
         .request(method, format!("{}{path}", server.admin_url))
         .bearer_auth(TOKEN);
@@ -168,7 +173,9 @@ async fn the_console_in_chromium() {
     browser.wait_for_text("#live", "live").await;
 
     // The resource page: four variants with their constraints and bodies, and the grid.
-    browser.goto(&format!("{ui}#/resource/route/local_route")).await;
+    browser
+        .goto(&format!("{ui}#/resource/route/local_route"))
+        .await;
     browser.wait_for_count(".variant", 4).await;
     let texts = browser.texts(".variant").await;
     assert_eq!(texts.len(), 4);
@@ -191,7 +198,9 @@ async fn the_console_in_chromium() {
         .collect();
     // Rows: env "prod", other, absent; columns: version "v1", other, absent.
     assert_eq!(picture, ["3", "1", "1", "2", "0", "0", "2", "0", "0"]);
-    let headers = browser.wait_for_text("#coverage-grid thead", "absent").await;
+    let headers = browser
+        .wait_for_text("#coverage-grid thead", "absent")
+        .await;
     for label in [r#""v1""#, "other", "absent"] {
         assert!(headers.contains(label), "{headers}");
     }
@@ -208,7 +217,10 @@ async fn the_console_in_chromium() {
         .await;
     browser.click_css("#try-button").await;
     let chosen = browser.wait_for_text("#try-variant", "V4").await;
-    assert!(chosen.contains(r#"env = "prod" && version = "v1""#), "{chosen}");
+    assert!(
+        chosen.contains(r#"env = "prod" && version = "v1""#),
+        "{chosen}"
+    );
     browser.wait_for("#variant-3.chosen").await;
     browser.script("window.scrollTo(0, 0)").await;
     save_screenshot(&browser.screenshot().await, "console-resource.png");
@@ -227,9 +239,7 @@ async fn the_console_in_chromium() {
         .wait_for_text("#clients-table", "No client is connected.")
         .await;
     let _client = nacking_client(&server).await;
-    let client = browser
-        .wait_for_text(".client", "envoy-canary-7")
-        .await;
+    let client = browser.wait_for_text(".client", "envoy-canary-7").await;
     assert!(client.contains("env=prod, version=v1"), "{client}");
     assert!(client.contains("local_route"), "{client}");
     let nack = browser.wait_for_text(".client .nack", NACK_TEXT).await;
@@ -238,7 +248,10 @@ async fn the_console_in_chromium() {
         .wait_for_text("#event-log", "client envoy-canary-7 connected")
         .await;
     browser
-        .wait_for_text("#event-log", &format!("NACK envoy-canary-7 RouteConfiguration: {NACK_TEXT}"))
+        .wait_for_text(
+            "#event-log",
+            &format!("NACK envoy-canary-7 RouteConfiguration: {NACK_TEXT}"),
+        )
         .await;
     save_screenshot(&browser.screenshot().await, "console-clients.png");
 
@@ -262,16 +275,27 @@ async fn the_console_in_chromium() {
     let diff = browser
         .wait_for_text("#revision-2 .details", "local_route")
         .await;
-    assert!(diff.contains("deleted") && diff.contains("updated"), "{diff}");
+    assert!(
+        diff.contains("deleted") && diff.contains("updated"),
+        "{diff}"
+    );
     browser.click_css("#revision-1 .restore").await;
-    let confirm = browser.wait_for_text("#confirm-restore", "revision 1").await;
+    let confirm = browser
+        .wait_for_text("#confirm-restore", "revision 1")
+        .await;
     assert!(confirm.contains("new revision"), "{confirm}");
     browser.click_css("#confirm-restore-yes").await;
     let result = browser.wait_for_text("#restore-result", "Revision 3").await;
     assert!(result.contains("Revision 3"), "{result}");
     browser.wait_for("#revision-3").await;
 
-    let restored = rest(&server, reqwest::Method::GET, "/v1/resources/route/local_route", None).await;
+    let restored = rest(
+        &server,
+        reqwest::Method::GET,
+        "/v1/resources/route/local_route",
+        None,
+    )
+    .await;
     assert_eq!(restored["variants"].as_array().unwrap().len(), 4);
     assert_eq!(restored["revision"], 3);
     let revision = rest(&server, reqwest::Method::GET, "/v1/revisions/3", None).await;

@@ -263,7 +263,11 @@ async fn coverage_grid_of_a_stored_resource(db: TestDb) {
 async fn serve_with_clients(
     db: &TestDb,
     keep_alive: Duration,
-) -> (String, Arc<vxds_xds::Registry>, Vec<tokio::task::JoinHandle<()>>) {
+) -> (
+    String,
+    Arc<vxds_xds::Registry>,
+    Vec<tokio::task::JoinHandle<()>>,
+) {
     let _ = rustls::crypto::ring::default_provider().install_default();
     let store = db.store().await;
     let (index, follower) = index::start(store.clone()).await.unwrap();
@@ -393,8 +397,16 @@ async fn the_console_is_served_with_its_headers() {
         assert_eq!(redirect.headers()["location"], "/ui/");
         for (path, content_type, marker) in [
             ("/ui/", "text/html; charset=utf-8", "console.js"),
-            ("/ui/console.js", "text/javascript; charset=utf-8", "/v1/events"),
-            ("/ui/console.css", "text/css; charset=utf-8", "td.cell.uncovered"),
+            (
+                "/ui/console.js",
+                "text/javascript; charset=utf-8",
+                "/v1/events",
+            ),
+            (
+                "/ui/console.css",
+                "text/css; charset=utf-8",
+                "td.cell.uncovered",
+            ),
         ] {
             let reply = api.get(path).await;
             assert_eq!(reply.status, StatusCode::OK, "{path}");
@@ -422,6 +434,10 @@ async fn the_console_is_served_with_its_headers() {
             )
             .await;
         assert_problem(&misdirected, 421);
+        let rebound = api
+            .call(Method::GET, "/ui/", None, &[("host", "evil.example")])
+            .await;
+        assert_problem(&rebound, 421);
     })
     .await;
 }

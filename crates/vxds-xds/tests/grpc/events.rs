@@ -84,7 +84,10 @@ async fn connects_answers_and_leaves_are_broadcast(db: TestDb) {
     let ClientEvent::ClientDisconnected(gone) = &*next_event(&mut events).await else {
         panic!("expected client_disconnected")
     };
-    assert_eq!((gone.stream_id, gone.node_id.as_str()), (stream_id, "envoy-events"));
+    assert_eq!(
+        (gone.stream_id, gone.node_id.as_str()),
+        (stream_id, "envoy-events")
+    );
 }
 
 async fn next_event(events: &mut broadcast::Receiver<Arc<ClientEvent>>) -> Arc<ClientEvent> {

@@ -66,7 +66,11 @@ impl Driver {
         };
         let deadline = Instant::now() + Duration::from_secs(20);
         loop {
-            if let Ok(response) = driver.http.get(format!("{}/status", driver.base)).send().await
+            if let Ok(response) = driver
+                .http
+                .get(format!("{}/status", driver.base))
+                .send()
+                .await
                 && let Ok(status) = response.json::<Value>().await
                 && status["value"]["ready"] == true
             {
@@ -302,7 +306,9 @@ impl Session {
     }
 
     pub async fn page_text(&self) -> String {
-        self.script("return document.body.innerText").await.to_string()
+        self.script("return document.body.innerText")
+            .await
+            .to_string()
     }
 
     /// A PNG of the viewport.
