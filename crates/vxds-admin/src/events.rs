@@ -11,7 +11,8 @@
 //!
 //! Resumable: with `Last-Event-ID: N` the stream first replays every revision after N —
 //! from the index's recent change lists, or from the store's history for what the index no
-//! longer remembers — then goes live. Client events are not replayed: they describe the
+//! longer remembers (if the store cannot answer, `lagged` says how many were skipped) — then
+//! goes live. Client events are not replayed: they describe the
 //! present, which `GET /v1/clients` shows whole. Keep-alive comments keep proxies from
 //! closing an idle stream, and the stream ends when the server starts draining.
 
@@ -76,7 +77,8 @@ pub struct HelloEvent {
     pub clients: bool,
 }
 
-/// `event: lagged`: the reader fell behind the client events and missed some.
+/// `event: lagged`: the reader missed `missed` events — client events it was too slow for, or
+/// revisions the store could not replay on a resume (the stream then goes on from the index).
 #[derive(Debug, Serialize, ToSchema)]
 pub struct LaggedEvent {
     pub missed: u64,

@@ -16,6 +16,7 @@ use super::*;
 
 on_both_backends!(
     revisions_stream_live_and_resume_after_last_event_id,
+    a_resume_beyond_the_index_memory_reads_the_store,
     coverage_grid_of_a_stored_resource,
 );
 
@@ -200,6 +201,59 @@ async fn revisions_stream_live_and_resume_after_last_event_id(db: TestDb) {
     assert!(bad.text.contains("last-event-id"), "{}", bad.text);
 }
 
+/// A reader resuming from further back than the index remembers gets the older revisions
+/// from the store's history, then the rest from the index, each once and in order; a store
+/// that cannot answer is reported as `lagged` and the stream goes on from the index.
+async fn a_resume_beyond_the_index_memory_reads_the_store(db: TestDb) {
+    let store = db.store().await;
+    for n in 1..=4 {
+        let request: vxds_envoy::changeset::ChangesetRequest = serde_json::from_value(json!({
+            "message": format!("change {n}"),
+            "operations": [{"op": "put", "type": "route", "name": format!("r{n}"),
+                            "variants": [{"resource": route(&format!("r{n}"), "x")}]}],
+        }))
+        .unwrap();
+        store.apply(request, Some("bob".into())).await.unwrap();
+    }
+    // An index that remembers only revisions 3 and 4 (a long-running server's, after many).
+    let mut batch = store.changes_since(0).await.unwrap();
+    batch.revisions.retain(|r| r.revision >= 3);
+    let index = vxds_store::Index::fixed(vxds_store::Snapshot::default().apply(batch));
+    assert_eq!(index.snapshot().revisions_since(0).count(), 2);
+    let mut metrics_registry = Registry::default();
+    let metrics = Arc::new(AdminMetrics::register(&mut metrics_registry));
+    let state = AdminState::new(
+        store.clone(),
+        index,
+        Tokens::none(),
+        metrics,
+        Arc::new(metrics_registry),
+        DEFAULT_BODY_LIMIT,
+    );
+    let (base, server) = serve_state(state).await;
+    let mut reader = SseReader::open(&base, None, Some("0")).await;
+    for n in 1..=4u64 {
+        let (name, id, data) = reader.event().await;
+        assert_eq!(
+            (name.as_str(), id),
+            ("revision", Some(n.to_string())),
+            "{data}"
+        );
+        assert_eq!(data["message"], format!("change {n}"));
+        assert_eq!(data["author"], "bob");
+        assert_eq!(data["changed"][0]["name"], format!("r{n}"));
+    }
+    let (name, id, _) = reader.event().await;
+    assert_eq!((name.as_str(), id.as_deref()), ("hello", Some("4")));
+    // From revision 1: only 2 comes from the store.
+    let mut reader = SseReader::open(&base, None, Some("1")).await;
+    for n in 2..=4u64 {
+        let (_, id, _) = reader.event().await;
+        assert_eq!(id, Some(n.to_string()));
+    }
+    server.abort();
+}
+
 /// The grid of a stored resource: keys, values with other and absent, each cell's variant,
 /// uncovered cells; 404 for a missing resource.
 async fn coverage_grid_of_a_stored_resource(db: TestDb) {
@@ -284,13 +338,52 @@ async fn serve_with_clients(
     )
     .with_clients(registry.clone())
     .with_events_keep_alive(keep_alive);
+    let (base, server) = serve_state(state).await;
+    (base, registry, vec![server, follower])
+}
+
+async fn serve_state(state: AdminState) -> (String, tokio::task::JoinHandle<()>) {
+    let _ = rustls::crypto::ring::default_provider().install_default();
     let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
     let base = format!("http://{}", listener.local_addr().unwrap());
     let app = vxds_admin::router(state);
     let server = tokio::spawn(async move {
         axum::serve(listener, app).await.unwrap();
     });
-    (base, registry, vec![server, follower])
+    (base, server)
+}
+
+/// Event streams end when the server starts draining, so that shutdown does not wait for them.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn event_streams_end_when_the_server_drains() {
+    with_db(Db::Sqlite, |db| async move {
+        let store = db.store().await;
+        let (index, follower) = index::start(store.clone()).await.unwrap();
+        let mut metrics_registry = Registry::default();
+        let metrics = Arc::new(AdminMetrics::register(&mut metrics_registry));
+        let (drain, draining) = tokio::sync::watch::channel(false);
+        let state = AdminState::new(
+            store,
+            index,
+            Tokens::none(),
+            metrics,
+            Arc::new(metrics_registry),
+            DEFAULT_BODY_LIMIT,
+        )
+        .with_drain_signal(draining);
+        let (base, server) = serve_state(state).await;
+        let mut reader = SseReader::open(&base, None, None).await;
+        assert_eq!(reader.event().await.0, "hello");
+        drain.send_replace(true);
+        let end = tokio::time::timeout(WAIT, reader.response.chunk())
+            .await
+            .expect("the stream ended in time")
+            .unwrap();
+        assert!(end.is_none(), "{end:?}");
+        server.abort();
+        follower.abort();
+    })
+    .await;
 }
 
 /// Client events are forwarded with their data; a reader that cannot keep up loses the oldest
