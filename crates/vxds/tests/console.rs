@@ -288,6 +288,15 @@ async fn the_console_in_chromium() {
     let result = browser.wait_for_text("#restore-result", "Revision 3").await;
     assert!(result.contains("Revision 3"), "{result}");
     browser.wait_for("#revision-3").await;
+    browser.click_css("#revision-3 .show-diff").await;
+    browser
+        .wait_for_text("#revision-3 .details", "created")
+        .await;
+    std::fs::write(
+        std::env::temp_dir().join("console-revisions.png"),
+        browser.screenshot().await,
+    )
+    .unwrap();
 
     let restored = rest(
         &server,

@@ -341,8 +341,10 @@ function isInError(t) {
 // ---- revisions ----------------------------------------------------------------------------
 
 async function renderRevisions() {
+  // Revisions are gap-free: the newest 200 are those after head - 200 (the head comes with
+  // the event stream's hello; before it, every page is read).
   const all = [];
-  let after = 0;
+  let after = Math.max(0, state.head - 200);
   for (;;) {
     const page = await api("GET", "/v1/revisions?limit=1000&after=" + after);
     all.push(...page.revisions);
