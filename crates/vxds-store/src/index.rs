@@ -48,6 +48,8 @@ pub struct IndexedVariant {
     pub version: Arc<str>,
     /// The TTL clients are sent with it (`Resource.ttl`), kept alive by heartbeats.
     pub ttl: Option<std::time::Duration>,
+    /// The body is a TP1 redirect (`xds.core.v3.ResourceLocator`): always sent wrapped.
+    pub redirect: bool,
 }
 
 /// A resource: its variants and the matcher that picks one for a subscriber.
@@ -86,6 +88,7 @@ impl IndexedResource {
                     constraints_bytes,
                     constraints_text: constrained.then(|| Arc::from(v.constraints.to_string())),
                     constraints: v.constraints,
+                    redirect: vxds_envoy::collections::is_redirect_body(&v.body),
                     body: Bytes::from(v.body),
                     version: Arc::from(v.version),
                     ttl: v.ttl,
@@ -98,6 +101,31 @@ impl IndexedResource {
             version: stored.version,
             revision: stored.revision,
             variants,
+            matcher,
+        }
+    }
+
+    /// A resource made by the server rather than stored (a list collection built from its
+    /// members): one unconstrained variant, which every subscriber resolves to.
+    pub fn synthesized(key: ResourceKey, revision: u64, body: Bytes, version: Arc<str>) -> Self {
+        let constraints = vxds_core::Constraints::unconstrained().canonical();
+        let matcher = VariantMatcher::new(std::slice::from_ref(&constraints));
+        Self {
+            name: Arc::from(key.name.as_str()),
+            key,
+            version: version.to_string(),
+            revision,
+            variants: vec![IndexedVariant {
+                id: constraints.id(),
+                constraints,
+                constraints_proto: None,
+                constraints_bytes: None,
+                constraints_text: None,
+                redirect: vxds_envoy::collections::is_redirect_body(&body),
+                body,
+                version,
+                ttl: None,
+            }],
             matcher,
         }
     }

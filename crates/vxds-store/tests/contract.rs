@@ -23,6 +23,8 @@ use vxds_testkit::{TestDb, on_both_backends};
 mod following;
 #[path = "contract/outage.rs"]
 mod outage;
+#[path = "contract/redirects.rs"]
+mod redirects;
 #[path = "contract/restore.rs"]
 mod restore;
 

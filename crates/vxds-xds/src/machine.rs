@@ -220,10 +220,20 @@ impl StreamMachine {
 
     /// What the stream subscribes to, per type.
     pub fn interest(&self) -> BTreeMap<String, Interest> {
-        self.types
+        let mut interest: BTreeMap<String, Interest> = self
+            .types
             .iter()
             .map(|(t, s)| (t.clone(), s.interest()))
-            .collect()
+            .collect();
+        // List collections watch their members (and stored collections) in other types.
+        for state in self.types.values() {
+            for (type_url, extra) in state.list_interest() {
+                let into = interest.entry(type_url).or_default();
+                into.names.extend(extra.names);
+                into.collections.extend(extra.collections);
+            }
+        }
+        interest
     }
 
     /// Remembers the node from the first request that carries one. Later requests may carry
@@ -299,10 +309,13 @@ impl StreamMachine {
                 )));
             }
             let params = self.default_params(type_url);
-            self.types.insert(
-                type_url.to_owned(),
-                Box::new(TypeState::new(type_url.to_owned(), params)),
-            );
+            let mut state = TypeState::new(type_url.to_owned(), params);
+            state.inline_lists = self.node.as_ref().is_some_and(|n| {
+                n.client_features
+                    .iter()
+                    .any(|f| f == vxds_envoy::collections::INLINE_ENTRIES_FEATURE)
+            });
+            self.types.insert(type_url.to_owned(), Box::new(state));
         }
         Ok(self.types.get_mut(type_url).expect("just inserted"))
     }
@@ -482,6 +495,9 @@ impl StreamMachine {
         for key in changed {
             if let Some(ty) = self.types.get_mut(&key.type_url) {
                 ty.resource_changed(&key.name);
+            }
+            for ty in self.types.values_mut() {
+                ty.list_member_changed(key);
             }
         }
     }

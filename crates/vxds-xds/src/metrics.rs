@@ -40,6 +40,8 @@ pub struct XdsMetrics {
     pub responses: Family<TypeLabels, Counter>,
     pub acks: Family<TypeLabels, Counter>,
     pub nacks: Family<TypeLabels, Counter>,
+    /// Heartbeat responses (TTL'd resources kept alive), by type.
+    pub heartbeats: Family<TypeLabels, Counter>,
     /// Seconds from a revision's commit to a response carrying it.
     pub push_latency: Histogram,
 }
@@ -55,6 +57,7 @@ impl XdsMetrics {
             responses: Family::default(),
             acks: Family::default(),
             nacks: Family::default(),
+            heartbeats: Family::default(),
             push_latency: Histogram::new(exponential_buckets(0.001, 2.0, 16)),
         };
         registry.register(
@@ -71,6 +74,11 @@ impl XdsMetrics {
             "vxds_xds_draining",
             "1 while the xDS server drains its connections before exiting",
             metrics.draining.clone(),
+        );
+        registry.register(
+            "vxds_xds_heartbeats",
+            "Heartbeat responses that keep clients' TTL'd resources alive, by type",
+            metrics.heartbeats.clone(),
         );
         registry.register(
             "vxds_xds_rate_limited_streams",

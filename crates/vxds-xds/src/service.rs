@@ -549,7 +549,12 @@ async fn run_stream<Req, Resp>(
                 responses
             }
             () = registration.heartbeat.notified() => {
-                machine.heartbeat(shared.registry.snapshot().revision)
+                let beats = machine.heartbeat(shared.registry.snapshot().revision);
+                for beat in &beats {
+                    let type_url = beat.type_url().to_owned();
+                    shared.metrics.heartbeats.get_or_create(&TypeLabels { type_url }).inc();
+                }
+                beats
             }
             () = out.closed() => break,
             reason = until_closing(&mut connection) => {

@@ -259,6 +259,7 @@ fn operation(
                         constraints: constraints_to_json(v.constraints.constraints()),
                         resource: body.to_json(&ty).into(),
                         ttl: v.ttl.map(|t| format!("{}ms", t.as_millis())),
+                        redirect: None,
                     })
                 })
                 .collect::<Result<_, StoreError>>()?;

@@ -171,6 +171,18 @@ impl Store {
             }
             errors.extend(changeset.graph_problems(&edges));
         }
+        let redirect_updates = changeset.redirect_updates();
+        if redirect_updates.values().any(|targets| !targets.is_empty()) {
+            let mut edges = load_redirects(&mut tx).await?;
+            for (key, targets) in redirect_updates {
+                if targets.is_empty() {
+                    edges.remove(&key);
+                } else {
+                    edges.insert(key, targets);
+                }
+            }
+            errors.extend(changeset.redirect_problems(&edges));
+        }
         if !errors.is_empty() {
             errors.sort_by_key(|p| p.operation);
             return Err(ApplyError::Invalid(Invalid { errors, warnings }));
@@ -304,6 +316,34 @@ async fn load_edges(
     Ok(edges)
 }
 
+async fn load_redirects(
+    tx: &mut Transaction<'_, Any>,
+) -> Result<BTreeMap<(String, String), BTreeSet<String>>, StoreError> {
+    let rows = sqlx::query("SELECT type_url, name, target FROM vxds_redirects")
+        .fetch_all(&mut **tx)
+        .await?;
+    let mut edges: BTreeMap<(String, String), BTreeSet<String>> = BTreeMap::new();
+    for row in rows {
+        edges
+            .entry((row.try_get(0)?, row.try_get(1)?))
+            .or_default()
+            .insert(row.try_get(2)?);
+    }
+    Ok(edges)
+}
+
+async fn delete_redirects(
+    tx: &mut Transaction<'_, Any>,
+    key: &ResourceKey,
+) -> Result<(), StoreError> {
+    sqlx::query("DELETE FROM vxds_redirects WHERE type_url = $1 AND name = $2")
+        .bind(&key.type_url)
+        .bind(&key.name)
+        .execute(&mut **tx)
+        .await?;
+    Ok(())
+}
+
 async fn delete_resource(
     tx: &mut Transaction<'_, Any>,
     key: &ResourceKey,
@@ -313,6 +353,7 @@ async fn delete_resource(
         .bind(&key.name)
         .execute(&mut **tx)
         .await?;
+    delete_redirects(tx, key).await?;
     if key.type_url.ends_with(CLUSTER) {
         delete_edges(tx, &key.name).await?;
     }
@@ -422,6 +463,15 @@ async fn put_resource(
         .bind(variant.ttl.map(|t| t.as_millis() as i64))
         .execute(&mut **tx)
         .await?;
+    }
+    delete_redirects(tx, key).await?;
+    for target in &resource.redirects {
+        sqlx::query("INSERT INTO vxds_redirects (type_url, name, target) VALUES ($1, $2, $3)")
+            .bind(&key.type_url)
+            .bind(&key.name)
+            .bind(target)
+            .execute(&mut **tx)
+            .await?;
     }
     if key.type_url.ends_with(CLUSTER) {
         delete_edges(tx, &key.name).await?;

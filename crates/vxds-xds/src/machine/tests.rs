@@ -20,6 +20,7 @@ use vxds_store::{ChangeBatch, ResourceKey, RevisionChangeList, Snapshot, StoredR
 use super::*;
 use crate::types::{ADS, CLUSTER, ENDPOINT, LISTENER, ROUTE, SERVICES};
 
+mod collections;
 mod identity;
 mod removals;
 mod subscriptions;

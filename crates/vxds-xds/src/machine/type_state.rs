@@ -9,6 +9,7 @@
 //! only runs once the client has acknowledged everything in flight.
 
 mod heartbeat;
+mod lists;
 mod respond;
 
 use std::collections::{BTreeMap, BTreeSet};
@@ -17,6 +18,7 @@ use std::sync::Arc;
 use bytes::Bytes;
 use vxds_core::xdstp::{SubscriptionName, XdstpUrl};
 use vxds_core::{ConstraintsId, ParamSet};
+use vxds_envoy::collections::ListCollection;
 use vxds_store::{IndexedResource, IndexedVariant, Snapshot};
 
 use crate::status::{HeldKey, HeldResource};
@@ -200,6 +202,10 @@ pub(crate) struct TypeState {
     locators: BTreeMap<(String, ParamSet), String>,
     locators_by_normal: BTreeMap<String, BTreeSet<(String, ParamSet)>>,
     globs: BTreeMap<String, Glob>,
+    /// List collections subscribed to (by name or locator), by normal name.
+    lists: BTreeMap<String, ListCollection>,
+    /// The client takes list collections with inline entries.
+    pub inline_lists: bool,
 
     desired: BTreeMap<ItemKey, Item>,
     /// The desired items of a resource (by normal name), except `ItemKey::Name(normal)`, which
@@ -268,6 +274,8 @@ impl TypeState {
             locators: BTreeMap::new(),
             locators_by_normal: BTreeMap::new(),
             globs: BTreeMap::new(),
+            lists: BTreeMap::new(),
+            inline_lists: false,
             desired: BTreeMap::new(),
             by_normal: BTreeMap::new(),
             missing: BTreeSet::new(),
@@ -408,7 +416,10 @@ impl TypeState {
                 );
                 self.full_refresh = true;
             }
-            Ok(SubscriptionName::Urn(urn)) => self.add_named(name, urn.to_string(), params),
+            Ok(SubscriptionName::Urn(urn)) => {
+                self.track_list(name);
+                self.add_named(name, urn.to_string(), params)
+            }
             // An opaque name is its own normal form; a malformed xdstp name matches nothing.
             Ok(SubscriptionName::Opaque(_)) | Err(_) => {
                 self.add_named(name, name.to_owned(), params)
@@ -469,6 +480,7 @@ impl TypeState {
                     self.missing.remove(&Missing::Name(name.to_owned()));
                     self.reported_missing
                         .remove(&Missing::Name(name.to_owned()));
+                    self.untrack_list(&normal);
                     self.stale_normals.insert(normal);
                 }
             }
@@ -482,6 +494,7 @@ impl TypeState {
                     let missing = Missing::Locator(key.0, key.1);
                     self.missing.remove(&missing);
                     self.reported_missing.remove(&missing);
+                    self.untrack_list(&normal);
                     self.stale_normals.insert(normal);
                 }
             }
@@ -674,7 +687,11 @@ impl TypeState {
     }
 
     fn refresh_resource(&mut self, normal: &str, snapshot: &Snapshot) {
-        let resource = snapshot.get(&self.type_url, normal).cloned();
+        let list = self.lists.get(normal).cloned();
+        let stored_type = list
+            .as_ref()
+            .map_or(self.type_url.as_str(), |l| l.collection_type_url.as_str());
+        let resource = snapshot.get(stored_type, normal).cloned();
         let mut previous = self.by_normal.remove(normal).unwrap_or_default();
         // The index's shared name serves as the lookup key, if the resource still exists.
         let shared = resource.as_ref().map(|r| r.name.clone());
@@ -690,10 +707,14 @@ impl TypeState {
         }
         let mut found: Vec<(ItemKey, Item)> = Vec::new();
         let mut missing: Vec<Missing> = Vec::new();
-        let resolve = |params: &ParamSet| {
-            resource
+        let inline = self.inline_lists;
+        let resolve = |spelling: &str, params: &ParamSet| match &list {
+            None => resource
                 .as_ref()
-                .and_then(|r| r.matcher.resolve(params).map(|i| (r.clone(), i)))
+                .and_then(|r| r.matcher.resolve(params).map(|i| (r.clone(), i))),
+            Some(list) => {
+                lists::resolve_list(list, spelling, resource.as_ref(), params, inline, snapshot)
+            }
         };
         let item = |resource: Arc<IndexedResource>, variant: usize, constrained: bool| Item {
             resource,
@@ -711,7 +732,7 @@ impl TypeState {
         for spelling in spellings {
             let m = Missing::Name(spelling.to_string());
             self.missing.remove(&m);
-            match resolve(&self.default_params) {
+            match resolve(spelling, &self.default_params) {
                 Some((r, v)) => found.push((ItemKey::Name(spelling.clone()), item(r, v, false))),
                 None => missing.push(m),
             }
@@ -719,7 +740,7 @@ impl TypeState {
         for (spelling, params) in self.locators_by_normal.get(normal).into_iter().flatten() {
             let m = Missing::Locator(spelling.clone(), params.clone());
             self.missing.remove(&m);
-            match resolve(params) {
+            match resolve(spelling, params) {
                 Some((r, v)) => {
                     let id = r.variants[v].id;
                     found.push((
@@ -731,7 +752,8 @@ impl TypeState {
             }
         }
         if self.wildcard()
-            && let Some((r, v)) = resolve(&self.default_params)
+            && list.is_none()
+            && let Some((r, v)) = resolve(normal, &self.default_params)
         {
             found.push((ItemKey::Name(r.name.clone()), item(r, v, false)));
         }
@@ -742,7 +764,7 @@ impl TypeState {
                 if !glob.url.glob_matches(&urn) {
                     continue;
                 }
-                if let Some((r, v)) = resolve(&glob.params) {
+                if let Some((r, v)) = resolve(normal, &glob.params) {
                     let key = if glob.constrained {
                         ItemKey::Variant(r.name.clone(), r.variants[v].id)
                     } else {
