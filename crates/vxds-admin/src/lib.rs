@@ -11,6 +11,8 @@ mod body;
 mod changesets;
 mod clients;
 mod conditional;
+mod coverage;
+pub mod events;
 mod export;
 mod health;
 pub mod impact;
@@ -22,6 +24,7 @@ mod repr;
 mod resolve;
 mod resources;
 mod revisions;
+pub mod ui;
 
 use std::sync::Arc;
 
@@ -60,8 +63,10 @@ pub struct AdminState {
     pub replica_id: Option<Arc<str>>,
     /// The xDS server's identity template, for `/v1/resolve` with an identity.
     pub identity_template: Option<Arc<vxds_core::IdentityTemplate>>,
-    /// Set when the server starts shutting down: `/readyz` answers 503.
+    /// Set when the server starts shutting down: `/readyz` answers 503, event streams end.
     draining: Option<tokio::sync::watch::Receiver<bool>>,
+    /// How often an idle `GET /v1/events` stream gets a keep-alive comment.
+    pub events_keep_alive: std::time::Duration,
     openapi_json: Arc<serde_json::Value>,
 }
 
@@ -90,6 +95,7 @@ impl AdminState {
             origins: Arc::new(OriginPolicy::default()),
             identity_template: None,
             draining: None,
+            events_keep_alive: events::KEEP_ALIVE,
             openapi_json: Arc::new(openapi_json),
         }
     }
@@ -150,6 +156,12 @@ impl AdminState {
         self
     }
 
+    /// Keep-alive comments on idle event streams this often (default 15 s).
+    pub fn with_events_keep_alive(mut self, every: std::time::Duration) -> Self {
+        self.events_keep_alive = every;
+        self
+    }
+
     /// Shows the streams of the xDS server in `/v1/clients`.
     pub fn with_clients(mut self, clients: Arc<vxds_xds::Registry>) -> Self {
         self.clients = Some(clients);
@@ -206,6 +218,7 @@ fn api_router() -> OpenApiRouter<AdminState> {
         .routes(routes!(resources::list))
         .routes(routes!(export::export))
         .routes(routes!(resources::get, resources::put, resources::delete))
+        .routes(routes!(coverage::get))
         .routes(routes!(changesets::post))
         .routes(routes!(impact::preview))
         .routes(routes!(resolve::resolve))
@@ -213,6 +226,7 @@ fn api_router() -> OpenApiRouter<AdminState> {
         .routes(routes!(revisions::get))
         .routes(routes!(revisions::restore))
         .routes(routes!(clients::list))
+        .routes(routes!(events::events))
         .routes(routes!(health::healthz))
         .routes(routes!(health::readyz))
         .routes(routes!(health::store))
@@ -233,7 +247,8 @@ pub fn openapi_yaml() -> String {
 /// The admin API.
 pub fn router(state: AdminState) -> Router {
     let (api, _) = api_router().split_for_parts();
-    api.fallback(|| async { ApiError::NotFound("there is nothing at this path".into()) })
+    api.merge(console())
+        .fallback(|| async { ApiError::NotFound("there is nothing at this path".into()) })
         .method_not_allowed_fallback(
             |axum::extract::State(state): axum::extract::State<AdminState>,
              uri: axum::http::Uri| async move {
@@ -260,6 +275,16 @@ pub fn router(state: AdminState) -> Router {
             BODY_READ_TIMEOUT,
         ))
         .with_state(state)
+}
+
+/// The web console's files (not API operations, so not in the OpenAPI document).
+fn console() -> Router<AdminState> {
+    use axum::routing::get;
+    Router::new()
+        .route(ui::PREFIX, get(ui::redirect))
+        .route("/ui/", get(ui::index))
+        .route("/ui/console.js", get(ui::script))
+        .route("/ui/console.css", get(ui::style))
 }
 
 /// How long a request body may take to arrive.

@@ -4,6 +4,8 @@
 
 #[path = "http/bulk.rs"]
 mod bulk;
+#[path = "http/events.rs"]
+mod events;
 #[path = "http/hardening.rs"]
 mod hardening;
 #[path = "http/impact.rs"]

@@ -143,6 +143,9 @@ pub struct RevisionChanges {
     /// When it was committed (Unix milliseconds), for push-latency metrics.
     pub committed_at_ms: i64,
     pub changed: Arc<[ResourceKey]>,
+    /// Who committed it and why (`GET /v1/events` shows them without asking the store).
+    pub author: Option<Arc<str>>,
+    pub message: Option<Arc<str>>,
 }
 
 /// The store's state at one revision.
@@ -286,6 +289,8 @@ impl Snapshot {
                 revision: change.revision,
                 committed_at_ms: change.committed_at_ms,
                 changed: change.changed.into(),
+                author: change.author.map(Into::into),
+                message: change.message.map(Into::into),
             });
             if next.history.len() > HISTORY {
                 next.history.pop_front();

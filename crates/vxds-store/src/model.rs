@@ -141,11 +141,14 @@ pub struct ListPage {
 }
 
 /// One revision in the change feed.
-#[derive(Clone, Debug, PartialEq, Eq)]
+#[derive(Clone, Debug, Default, PartialEq, Eq)]
 pub struct RevisionChangeList {
     pub revision: u64,
     pub committed_at_ms: i64,
     pub changed: Vec<ResourceKey>,
+    /// Who committed it and why, carried into the index for the event stream.
+    pub author: Option<String>,
+    pub message: Option<String>,
 }
 
 impl StoredResource {

@@ -15,6 +15,7 @@
 
 pub mod connections;
 pub mod csds;
+pub mod events;
 pub mod identity;
 pub mod machine;
 pub mod metrics;
@@ -35,6 +36,7 @@ use vxds_envoy::pb::envoy::service::status::v3::client_status_discovery_service_
 use vxds_store::Index;
 
 pub use connections::{ConnectionClosing, ConnectionConfig};
+pub use events::{ClientEvent, ClientEvents};
 pub use identity::{PeerIdentity, PeerInfo};
 pub use machine::{DEFAULT_HEARTBEAT_FRACTION, MachineConfig};
 pub use metrics::XdsMetrics;

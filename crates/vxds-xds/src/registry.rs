@@ -187,6 +187,8 @@ pub struct Registry {
     published: watch::Sender<Arc<Snapshot>>,
     /// The streams that hold TTL'd resources, for the one heartbeat task.
     pub heartbeats: heartbeats::Heartbeats,
+    /// Clients connecting and leaving, ACKs and NACKs, for `GET /v1/events`.
+    pub events: crate::events::ClientEvents,
 }
 
 /// A stream's place in the registry; dropping it (the stream ended) removes the stream.
@@ -218,6 +220,7 @@ impl Registry {
             next_id: AtomicU64::new(0),
             published: watch::channel(snapshot).0,
             heartbeats: heartbeats::Heartbeats::default(),
+            events: crate::events::ClientEvents::default(),
         }
     }
 

@@ -64,6 +64,7 @@ impl World {
                 revision,
                 committed_at_ms: 1,
                 changed: vec![],
+                ..Default::default()
             }],
             resources: vec![],
             deleted: vec![],
