@@ -707,13 +707,23 @@ fn record_ack(
     }
 }
 
+/// Longest NACK text kept: it is copied into the stream's status, CSDS and client events, and
+/// a client may send megabytes of it.
+const MAX_ERROR_TEXT: usize = 4096;
+
 fn error_message(error: &Option<vxds_envoy::pb::google::rpc::Status>) -> Option<String> {
     error.as_ref().map(|e| {
         if e.message.is_empty() {
-            format!("code {}", e.code)
-        } else {
-            e.message.clone()
+            return format!("code {}", e.code);
         }
+        if e.message.len() <= MAX_ERROR_TEXT {
+            return e.message.clone();
+        }
+        let mut end = MAX_ERROR_TEXT;
+        while !e.message.is_char_boundary(end) {
+            end -= 1;
+        }
+        format!("{}… ({} bytes)", &e.message[..end], e.message.len())
     })
 }
 
@@ -736,4 +746,26 @@ fn user_agent(node: &Node) -> String {
 /// The type URL of a per-type service, or the one a request names.
 pub fn known_types() -> &'static [&'static str] {
     &types::PUSH_ORDER
+}
+
+#[cfg(test)]
+mod error_text_tests {
+    use super::*;
+
+    #[test]
+    fn nack_text_is_kept_within_bounds() {
+        let status = |message: String| {
+            Some(vxds_envoy::pb::google::rpc::Status {
+                code: 3,
+                message,
+                details: vec![],
+            })
+        };
+        assert_eq!(error_message(&status(String::new())).unwrap(), "code 3");
+        assert_eq!(error_message(&status("bad".into())).unwrap(), "bad");
+        let long = "é".repeat(5000);
+        let kept = error_message(&status(long)).unwrap();
+        assert!(kept.len() < MAX_ERROR_TEXT + 32, "{}", kept.len());
+        assert!(kept.ends_with("… (10000 bytes)"));
+    }
 }

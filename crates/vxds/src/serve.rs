@@ -127,12 +127,12 @@ pub struct ServeArgs {
     pub xds_max_response_bytes: usize,
     /// This replica's name in the store's client summaries (impact preview). Default: the
     /// host name and process id.
-    #[arg(long, env = "VXDS_REPLICA_ID")]
+    #[arg(long, env = "VXDS_REPLICA_ID", value_parser = replica_id)]
     pub replica_id: Option<String>,
     /// How often this replica publishes the summary of its connected clients to the store,
     /// so that a dry run on any replica sees the whole fleet's; a summary not renewed within
     /// three periods no longer counts. `0s`: never publish.
-    #[arg(long, env = "VXDS_CLIENT_SUMMARY_PERIOD", default_value = "5s", value_parser = humantime::parse_duration)]
+    #[arg(long, env = "VXDS_CLIENT_SUMMARY_PERIOD", default_value = "5s", value_parser = summary_period)]
     pub client_summary_period: std::time::Duration,
     #[command(flatten)]
     pub tls: TlsArgs,
@@ -426,6 +426,25 @@ pub async fn run(args: ServeArgs) -> anyhow::Result<ExitCode> {
     follower.abort();
     store.close().await;
     Ok(ExitCode::SUCCESS)
+}
+
+fn replica_id(text: &str) -> Result<String, String> {
+    if text.is_empty() || text.len() > 200 || text.chars().any(char::is_control) {
+        return Err("a replica id is 1 to 200 printable characters".into());
+    }
+    Ok(text.to_owned())
+}
+
+fn summary_period(text: &str) -> Result<std::time::Duration, String> {
+    let period = humantime::parse_duration(text).map_err(|e| e.to_string())?;
+    if period.is_zero()
+        || (std::time::Duration::from_millis(100)..=std::time::Duration::from_secs(3600))
+            .contains(&period)
+    {
+        Ok(period)
+    } else {
+        Err("the period is 0s (off) or between 100ms and 1h".into())
+    }
 }
 
 /// The host name and process id: unique per process across a fleet.

@@ -353,12 +353,16 @@ async function renderRevisions() {
   }
   const newest = all.slice(-200).reverse();
   if (newest.length) state.head = Math.max(state.head, newest[0].revision);
+  // A restore is guarded by the head the operator saw, not the live one.
+  state.shownHead = newest.length ? newest[0].revision : state.head;
+  // The last restore's outcome stays until the next one; open diffs stay open across redraws.
   const notice = state.notice || { kind: "", text: "" };
-  state.notice = null;
   show(el("h1", {}, "Revisions"),
     el("p", { id: "restore-result", class: notice.kind }, notice.text),
     el("div", { id: "revisions" }, newest.map(revisionNode)));
 }
+
+const openDiffs = new Set();
 
 function revisionNode(r) {
   const details = el("div", { class: "details" });
@@ -372,11 +376,17 @@ function revisionNode(r) {
         el("button", { class: "restore", type: "button", onclick: () => confirmRestore(r.revision, node) }, "Restore…"))),
     el("div", { class: "muted mono" }, r.changes.map((c) => c.change + " " + (c.type || c.type_url) + " " + c.name).join(" · ")),
     details);
+  if (openDiffs.has(r.revision)) loadDiff(r.revision, details);
   return node;
 }
 
 async function toggleDiff(revision, details) {
-  if (details.childElementCount) { details.replaceChildren(); return; }
+  if (details.childElementCount) { details.replaceChildren(); openDiffs.delete(revision); return; }
+  openDiffs.add(revision);
+  await loadDiff(revision, details);
+}
+
+async function loadDiff(revision, details) {
   try {
     const detail = await api("GET", "/v1/revisions/" + revision + "?bodies=true");
     details.replaceChildren(...detail.resources.map((res) => el("div", { class: "resource-diff" },
@@ -416,27 +426,30 @@ function diffNode(before, after) {
 
 function confirmRestore(revision, node) {
   document.querySelectorAll(".confirm").forEach((n) => n.remove());
+  const seen = state.shownHead;
   const box = el("div", { class: "confirm", id: "confirm-restore" },
     el("p", {}, "Restore the store to its state right after revision " + revision + "? This commits a new revision, validated like any change; clients get the old configuration."),
-    el("button", { id: "confirm-restore-yes", class: "danger", type: "button", onclick: () => restore(revision, box) }, "Restore revision " + revision),
+    el("button", { id: "confirm-restore-yes", class: "danger", type: "button", onclick: () => restore(revision, box, seen) }, "Restore revision " + revision),
     " ",
     el("button", { id: "confirm-restore-no", type: "button", onclick: () => box.remove() }, "Cancel"));
   node.append(box);
 }
 
-async function restore(revision, box) {
+async function restore(revision, box, seen) {
   const result = $("restore-result");
   try {
     const answer = await api("POST", "/v1/revisions/" + revision + "/restore",
-      { expected_revision: state.head, message: "via the web console" });
+      { expected_revision: seen, message: "via the web console" });
     box.remove();
     // Shown by the re-rendered list, which has the new revision.
     state.notice = { kind: "ok", text: "Revision " + answer.revision + ": " + (answer.summary || "restored revision " + revision) };
     route();
   } catch (e) {
     box.remove();
-    result.className = "error";
-    result.textContent = "Restore refused: " + e.message;
+    state.notice = { kind: "error", text: "Restore refused: " + e.message +
+      (e.status === 409 ? " (the store moved on since this page was drawn: look at the new revisions, then try again)" : "") };
+    result.className = state.notice.kind;
+    result.textContent = state.notice.text;
   }
 }
 

@@ -1,19 +1,34 @@
 //! Replicas' client summaries, for impact preview: each replica replaces its own row every
 //! few seconds, and any replica reads every row that has not expired, so that a dry run on one
 //! replica sees the clients of the whole fleet. A replica that stops publishing (crashed,
-//! partitioned) drops out once its row expires; the next publish deletes expired rows.
+//! partitioned) drops out once its row expires; the next publish deletes expired rows. Every
+//! time here is the database's clock, so replicas whose clocks disagree still agree on expiry.
 
 use std::time::Duration;
 
 use sqlx::Row;
 use vxds_core::impact::ClientSummary;
 
-use super::Store;
-use super::write::now_ms;
+use super::{Backend, Store};
 use crate::error::StoreError;
 use crate::model::ReplicaSummary;
 
 impl Store {
+    /// The database's clock, in Unix milliseconds.
+    async fn database_now_ms(&self) -> Result<i64, StoreError> {
+        let query = match self.backend() {
+            Backend::Postgres => {
+                "SELECT CAST(EXTRACT(EPOCH FROM clock_timestamp()) * 1000 AS BIGINT)"
+            }
+            Backend::Sqlite => "SELECT CAST(unixepoch('subsec') * 1000 AS INTEGER)",
+        };
+        self.guarded(async {
+            let row = sqlx::query(query).fetch_one(self.pool()).await?;
+            Ok(row.try_get::<i64, _>(0)?)
+        })
+        .await
+    }
+
     /// Replaces `replica_id`'s summary; it counts for `valid_for` from now unless replaced.
     pub async fn publish_client_summary(
         &self,
@@ -23,7 +38,7 @@ impl Store {
     ) -> Result<(), StoreError> {
         let json = serde_json::to_string(summary)
             .map_err(|e| StoreError::Corrupt(format!("encoding a client summary: {e}")))?;
-        let now = now_ms();
+        let now = self.database_now_ms().await?;
         let expires = now.saturating_add(i64::try_from(valid_for.as_millis()).unwrap_or(i64::MAX));
         self.guarded(async {
             sqlx::query(
@@ -55,7 +70,7 @@ impl Store {
         replica_id: &str,
         valid_for: Duration,
     ) -> Result<bool, StoreError> {
-        let now = now_ms();
+        let now = self.database_now_ms().await?;
         let expires = now.saturating_add(i64::try_from(valid_for.as_millis()).unwrap_or(i64::MAX));
         self.guarded(async {
             let renewed = sqlx::query(
@@ -92,13 +107,14 @@ impl Store {
     /// Every replica's summary that has not expired, by replica id. A row this version cannot
     /// read (written by a newer one) is skipped and logged: the others still count.
     pub async fn client_summaries(&self) -> Result<Vec<ReplicaSummary>, StoreError> {
+        let now = self.database_now_ms().await?;
         let rows = self
             .guarded(async {
                 Ok(sqlx::query(
                     "SELECT replica_id, published_at_ms, expires_at_ms, summary \
                      FROM vxds_client_summaries WHERE expires_at_ms >= $1 ORDER BY replica_id",
                 )
-                .bind(now_ms())
+                .bind(now)
                 .fetch_all(self.pool())
                 .await?)
             })

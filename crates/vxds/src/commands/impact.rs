@@ -59,11 +59,13 @@ pub fn table(report: &Value) -> String {
         let name = format!("{ty} {}", resource["name"].as_str().unwrap_or_default());
         let variant = |v: &Value| v.as_str().unwrap_or("-").to_owned();
         for m in resource["moves"].as_array().into_iter().flatten() {
-            let samples: Vec<&str> = m["sample_nodes"]
+            // Node ids are the clients' own words: no terminal escapes, no screenfuls.
+            let samples: Vec<String> = m["sample_nodes"]
                 .as_array()
                 .into_iter()
                 .flatten()
                 .filter_map(Value::as_str)
+                .map(printable)
                 .collect();
             rows.push([
                 name.clone(),
@@ -121,6 +123,15 @@ pub fn table(report: &Value) -> String {
         text.push('\n');
     }
     text
+}
+
+/// `text` with control characters shown escaped and cut to 64 characters, for a terminal.
+fn printable(text: &str) -> String {
+    let mut out: String = text.chars().take(64).flat_map(char::escape_debug).collect();
+    if text.chars().count() > 64 {
+        out.push('…');
+    }
+    out
 }
 
 #[cfg(test)]

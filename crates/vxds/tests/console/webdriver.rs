@@ -62,7 +62,11 @@ impl Driver {
         let driver = Driver {
             child,
             base: format!("http://127.0.0.1:{port}"),
-            http: reqwest::Client::new(),
+            // A wedged browser or driver fails the test instead of hanging CI.
+            http: reqwest::Client::builder()
+                .timeout(Duration::from_secs(60))
+                .build()
+                .unwrap(),
         };
         let deadline = Instant::now() + Duration::from_secs(20);
         loop {
