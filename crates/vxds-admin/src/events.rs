@@ -187,19 +187,37 @@ fn revision_event(event: &RevisionEvent) -> Event {
     json_event("revision", event).id(event.revision.to_string())
 }
 
+/// How long a reader resuming from a revision this replica's index has not reached yet waits
+/// for it, before it is told the head went backwards.
+const RESUME_WAIT: std::time::Duration = std::time::Duration::from_secs(5);
+
 /// Feeds one reader until it leaves or the server drains.
 async fn follow(state: AdminState, resume: Option<u64>, tx: mpsc::Sender<Event>) {
     // Subscribed before anything is read, so nothing falls between the replay and live.
     let mut snapshots = state.index.subscribe();
     let mut clients = state.clients.as_ref().map(|r| r.events.subscribe());
     let mut draining = state.draining.clone();
-    let snapshot = snapshots.borrow_and_update().clone();
+    let mut snapshot = snapshots.borrow_and_update().clone();
+    if let Some(resume) = resume
+        && resume > snapshot.revision
+    {
+        // A reader ahead of this replica's index: another replica served it, or it resumes
+        // from the revision its own write returned, which the index takes in a moment after
+        // the commit. Only if the index does not get there is the head behind it (a restored
+        // database).
+        if let Ok(caught_up) = tokio::time::timeout(RESUME_WAIT, state.index.wait_for(resume)).await
+        {
+            snapshot = caught_up;
+        }
+    }
     let mut last = resume.unwrap_or(snapshot.revision);
     if last > snapshot.revision {
-        // Ahead of this server's index: the head went backwards (a restored database).
         last = snapshot.revision;
         let reset = ResetEvent { revision: last };
-        if send(&tx, json_event("reset", &reset)).await.is_err() {
+        if send(&tx, json_event("reset", &reset).id(last.to_string()))
+            .await
+            .is_err()
+        {
             return;
         }
     }
@@ -227,7 +245,10 @@ async fn follow(state: AdminState, resume: Option<u64>, tx: mpsc::Sender<Event>)
                 if snapshot.revision < last {
                     last = snapshot.revision;
                     let reset = ResetEvent { revision: last };
-                    if send(&tx, json_event("reset", &reset)).await.is_err() {
+                    if send(&tx, json_event("reset", &reset).id(last.to_string()))
+                        .await
+                        .is_err()
+                    {
                         return;
                     }
                 }

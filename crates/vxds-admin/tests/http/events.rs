@@ -179,12 +179,20 @@ async fn revisions_stream_live_and_resume_after_last_event_id(db: TestDb) {
         assert_eq!((name.as_str(), id.as_deref()), ("revision", Some("4")));
     }
 
+    // A reader a revision ahead of the index (it resumes from what its own write returned, or
+    // another replica served it) waits for the index to get there: no reset.
+    let mut soon = SseReader::open(&api.base, Some(READ_TOKEN), Some("5")).await;
+    write("web5".into(), "change 5").await;
+    let (name, id, _) = soon.event().await;
+    assert_eq!((name.as_str(), id.as_deref()), ("hello", Some("5")));
+
     // A reader ahead of the head (a restored database) is told, and continues from the head.
     let mut ahead = SseReader::open(&api.base, Some(READ_TOKEN), Some("99")).await;
-    let (name, _, data) = ahead.event().await;
-    assert_eq!((name.as_str(), &data), ("reset", &json!({"revision": 4})));
+    let (name, id, data) = ahead.event().await;
+    assert_eq!((name.as_str(), &data), ("reset", &json!({"revision": 5})));
+    assert_eq!(id.as_deref(), Some("5"));
     let (name, id, _) = ahead.event().await;
-    assert_eq!((name.as_str(), id.as_deref()), ("hello", Some("4")));
+    assert_eq!((name.as_str(), id.as_deref()), ("hello", Some("5")));
 
     let bad = api
         .call(
