@@ -109,6 +109,7 @@ async fn dry_runs_preview_the_impact_on_every_replicas_clients(db: TestDb) {
         ])
     );
 
+    let web_moves = web["moves"].clone();
     // `/v1/impact` is the same preview with read scope, whatever `dry_run` says; nothing is
     // written.
     let mut not_dry = change.clone();
@@ -150,6 +151,19 @@ async fn dry_runs_preview_the_impact_on_every_replicas_clients(db: TestDb) {
         (Some("web"), Some("deleted"))
     );
     assert_eq!(web["affected"], 4);
+
+    // A dry-run PUT of the resource previews the same moves as the changeset.
+    let variants_only = json!({"variants": change["operations"][0]["variants"].clone()});
+    let put = api
+        .call(
+            Method::PUT,
+            "/v1/resources/route/web?dry_run=true",
+            Some(("application/json", variants_only.to_string())),
+            &[("authorization", write.as_str())],
+        )
+        .await;
+    assert_eq!(put.status, StatusCode::OK, "{}", put.text);
+    assert_eq!(put.body["impact"]["resources"][0]["moves"], web_moves);
 
     // A dry-run delete loses every matched client.
     let delete = api
