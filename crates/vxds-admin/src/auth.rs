@@ -206,8 +206,15 @@ impl Tokens {
 pub(crate) fn required_scope(method: &Method, path: &str) -> Option<Scope> {
     match path {
         "/healthz" | "/healthz/store" | "/readyz" | "/v1/openapi.json" => None,
+        // The console's page and script hold no data; it reads the API with the operator's
+        // token.
+        _ if crate::ui::is_console_path(path)
+            && (method == Method::GET || method == Method::HEAD) =>
+        {
+            None
+        }
         // Resolving only reads, whatever its method.
-        "/v1/resolve" => Some(Scope::Read),
+        "/v1/resolve" | "/v1/impact" => Some(Scope::Read),
         _ if method == Method::GET || method == Method::HEAD => Some(Scope::Read),
         _ => Some(Scope::Write),
     }
@@ -395,5 +402,11 @@ mod tests {
             Some(Scope::Write)
         );
         assert_eq!(required_scope(&Method::GET, "/metrics"), Some(Scope::Read));
+        assert_eq!(required_scope(&Method::GET, "/ui/console.js"), None);
+        assert_eq!(required_scope(&Method::POST, "/ui/"), Some(Scope::Write));
+        assert_eq!(
+            required_scope(&Method::GET, "/v1/events"),
+            Some(Scope::Read)
+        );
     }
 }

@@ -8,8 +8,8 @@ use vxds_store::{Applied, ApplyError};
 use crate::AdminState;
 use crate::auth::Caller;
 use crate::body::Payload;
-use crate::problem::{ApiError, ProblemBody, ProblemItem, WriteProblems};
-use crate::repr::{WriteResult, change_repr};
+use crate::problem::{ApiError, ProblemBody, WriteProblems};
+use crate::repr::WriteResult;
 
 /// Applies through the store and counts the outcome.
 pub async fn apply(
@@ -51,7 +51,7 @@ pub fn record(
         (ChangesetRequest = "application/yaml"),
     )),
     responses(
-        (status = 200, description = "Applied (or, with `dry_run`, validated); `changed` is empty when nothing changed", body = WriteResult),
+        (status = 200, description = "Applied (or, with `dry_run`, validated, with the `impact` on connected clients); `changed` is empty when nothing changed", body = WriteResult),
         (status = 409, description = "`expected_revision` or an `expected_version` did not hold; nothing was written", body = ProblemBody, content_type = "application/problem+json"),
         (status = 422, description = "Rules refused it; every problem is listed, each with a JSON pointer", body = ProblemBody, content_type = "application/problem+json"),
         WriteProblems,
@@ -65,14 +65,5 @@ pub async fn post(
 ) -> Result<Json<WriteResult>, ApiError> {
     let author = caller.and_then(|Extension(c)| c.name);
     let applied = apply(&state, request, author, None).await?;
-    Ok(Json(WriteResult {
-        revision: applied.revision,
-        dry_run: applied.dry_run,
-        changed: applied.changes.iter().map(change_repr).collect(),
-        warnings: applied
-            .warnings
-            .into_iter()
-            .map(|p| ProblemItem::from_problem(p, None))
-            .collect(),
-    }))
+    Ok(Json(crate::impact::write_result(&state, applied).await?))
 }

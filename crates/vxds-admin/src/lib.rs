@@ -11,8 +11,11 @@ mod body;
 mod changesets;
 mod clients;
 mod conditional;
+mod coverage;
+pub mod events;
 mod export;
 mod health;
+pub mod impact;
 pub mod metrics;
 pub mod origin;
 pub mod problem;
@@ -21,6 +24,7 @@ mod repr;
 mod resolve;
 mod resources;
 mod revisions;
+pub mod ui;
 
 use std::sync::Arc;
 
@@ -55,10 +59,14 @@ pub struct AdminState {
     pub clients: Option<Arc<vxds_xds::Registry>>,
     /// The `Host` names and `Origin`s requests may come with.
     pub origins: Arc<OriginPolicy>,
+    /// This replica's id in the store's client summaries (impact preview).
+    pub replica_id: Option<Arc<str>>,
     /// The xDS server's identity template, for `/v1/resolve` with an identity.
     pub identity_template: Option<Arc<vxds_core::IdentityTemplate>>,
-    /// Set when the server starts shutting down: `/readyz` answers 503.
+    /// Set when the server starts shutting down: `/readyz` answers 503, event streams end.
     draining: Option<tokio::sync::watch::Receiver<bool>>,
+    /// How often an idle `GET /v1/events` stream gets a keep-alive comment.
+    pub events_keep_alive: std::time::Duration,
     openapi_json: Arc<serde_json::Value>,
 }
 
@@ -83,9 +91,11 @@ impl AdminState {
             registry,
             body_limit,
             clients: None,
+            replica_id: None,
             origins: Arc::new(OriginPolicy::default()),
             identity_template: None,
             draining: None,
+            events_keep_alive: events::KEEP_ALIVE,
             openapi_json: Arc::new(openapi_json),
         }
     }
@@ -137,6 +147,19 @@ impl AdminState {
             }
         }
         methods.join(", ")
+    }
+
+    /// The id this replica publishes its client summary under, so that a preview counts its
+    /// clients once (afresh, not as published).
+    pub fn with_replica_id(mut self, replica_id: impl Into<Arc<str>>) -> Self {
+        self.replica_id = Some(replica_id.into());
+        self
+    }
+
+    /// Keep-alive comments on idle event streams this often (default 15 s).
+    pub fn with_events_keep_alive(mut self, every: std::time::Duration) -> Self {
+        self.events_keep_alive = every;
+        self
     }
 
     /// Shows the streams of the xDS server in `/v1/clients`.
@@ -195,12 +218,15 @@ fn api_router() -> OpenApiRouter<AdminState> {
         .routes(routes!(resources::list))
         .routes(routes!(export::export))
         .routes(routes!(resources::get, resources::put, resources::delete))
+        .routes(routes!(coverage::get))
         .routes(routes!(changesets::post))
+        .routes(routes!(impact::preview))
         .routes(routes!(resolve::resolve))
         .routes(routes!(revisions::list))
         .routes(routes!(revisions::get))
         .routes(routes!(revisions::restore))
         .routes(routes!(clients::list))
+        .routes(routes!(events::events))
         .routes(routes!(health::healthz))
         .routes(routes!(health::readyz))
         .routes(routes!(health::store))
@@ -221,7 +247,8 @@ pub fn openapi_yaml() -> String {
 /// The admin API.
 pub fn router(state: AdminState) -> Router {
     let (api, _) = api_router().split_for_parts();
-    api.fallback(|| async { ApiError::NotFound("there is nothing at this path".into()) })
+    api.merge(console())
+        .fallback(|| async { ApiError::NotFound("there is nothing at this path".into()) })
         .method_not_allowed_fallback(
             |axum::extract::State(state): axum::extract::State<AdminState>,
              uri: axum::http::Uri| async move {
@@ -248,6 +275,16 @@ pub fn router(state: AdminState) -> Router {
             BODY_READ_TIMEOUT,
         ))
         .with_state(state)
+}
+
+/// The web console's files (not API operations, so not in the OpenAPI document).
+fn console() -> Router<AdminState> {
+    use axum::routing::get;
+    Router::new()
+        .route(ui::PREFIX, get(ui::redirect))
+        .route("/ui/", get(ui::index))
+        .route("/ui/console.js", get(ui::script))
+        .route("/ui/console.css", get(ui::style))
 }
 
 /// How long a request body may take to arrive.

@@ -224,7 +224,10 @@ fn verdict(policy: &OriginPolicy, request: &Request) -> Result<(), ApiError> {
         Some(host) => Some(host.to_owned()),
         None => request.uri().authority().map(|a| a.as_str().to_owned()),
     };
-    let public = crate::auth::required_scope(request.method(), request.uri().path()).is_none();
+    let path = request.uri().path();
+    // The console needs no token, but answers only to this server's names like the API.
+    let public = crate::auth::required_scope(request.method(), path).is_none()
+        && !crate::ui::is_console_path(path);
     if let Some(authority) = &authority
         && !public
         && !policy.allows_host(authority)

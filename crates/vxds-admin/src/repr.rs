@@ -139,6 +139,9 @@ pub struct WriteResult {
     pub changed: Vec<ChangeRepr>,
     #[serde(skip_serializing_if = "Vec::is_empty")]
     pub warnings: Vec<ProblemItem>,
+    /// Dry runs of changesets: which connected clients each changed resource would move.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub impact: Option<crate::impact::ImpactReport>,
 }
 
 #[derive(Clone, Debug, Serialize, ToSchema)]

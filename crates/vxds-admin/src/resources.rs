@@ -282,6 +282,9 @@ pub struct PutResult {
     /// The resource as stored now (absent for a dry run).
     #[serde(skip_serializing_if = "Option::is_none")]
     pub resource: Option<ResourceRepr>,
+    /// Dry runs: which connected clients the change would move.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub impact: Option<crate::impact::ImpactReport>,
 }
 
 /// The preconditions of a write from `If-Match` and `If-None-Match`, for the store to check
@@ -403,6 +406,11 @@ pub async fn put(
         StatusCode::OK
     };
     let tag = resource.as_ref().map(|r| etag(&r.version));
+    let impact = if applied.dry_run {
+        Some(crate::impact::report(&state, applied.previews).await?)
+    } else {
+        None
+    };
     let result = PutResult {
         revision: applied.revision,
         dry_run: applied.dry_run,
@@ -413,6 +421,7 @@ pub async fn put(
             .map(|p| crate::problem::ProblemItem::from_problem(p, Some("/operations/0")))
             .collect(),
         resource,
+        impact,
     };
     let mut response = (status, Json(result)).into_response();
     if let Some(tag) = tag {
@@ -472,10 +481,5 @@ pub async fn delete(
         Err(ApplyError::Conflict(conflict)) => return Err(condition_failed(&state, &conflict)),
         other => crate::changesets::record(&state, other, Some("/operations/0"))?,
     };
-    Ok(Json(WriteResult {
-        revision: applied.revision,
-        dry_run: applied.dry_run,
-        changed: applied.changes.iter().map(change_repr).collect(),
-        warnings: vec![],
-    }))
+    Ok(Json(crate::impact::write_result(&state, applied).await?))
 }

@@ -166,6 +166,9 @@ pub struct RestoreResult {
     pub changed: Vec<ChangeRepr>,
     #[serde(skip_serializing_if = "Vec::is_empty")]
     pub warnings: Vec<ProblemItem>,
+    /// Dry runs: which connected clients each changed resource would move.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub impact: Option<crate::impact::ImpactReport>,
 }
 
 /// Restore the state right after a past revision, as a new revision.
@@ -184,7 +187,7 @@ pub struct RestoreResult {
         (RestoreRequest = "application/yaml"),
     )),
     responses(
-        (status = 200, description = "Restored (or, with `dry_run`, validated); `changed` is empty when the store already was in that state", body = RestoreResult),
+        (status = 200, description = "Restored (or, with `dry_run`, validated, with the `impact` on connected clients); `changed` is empty when the store already was in that state", body = RestoreResult),
         (status = 404, description = "No such revision", body = ProblemBody, content_type = "application/problem+json"),
         (status = 409, description = "`expected_revision` did not hold; nothing was written", body = ProblemBody, content_type = "application/problem+json"),
         (status = 422, description = "Today's rules refuse the old state (each problem names its resource), or its variants were written before the store kept variant history (`history_not_kept`)", body = ProblemBody, content_type = "application/problem+json"),
@@ -219,6 +222,11 @@ pub async fn restore(
         ),
         (false, false) => format!("restored revision {n} as revision {}", applied.revision),
     };
+    let impact = if applied.dry_run && !applied.changes.is_empty() {
+        Some(crate::impact::report(&state, applied.previews).await?)
+    } else {
+        None
+    };
     Ok(Json(RestoreResult {
         restored_to: n,
         revision: applied.revision,
@@ -230,5 +238,6 @@ pub async fn restore(
             .into_iter()
             .map(|p| ProblemItem::from_problem(p, None))
             .collect(),
+        impact,
     }))
 }

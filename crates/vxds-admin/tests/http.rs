@@ -4,8 +4,12 @@
 
 #[path = "http/bulk.rs"]
 mod bulk;
+#[path = "http/events.rs"]
+mod events;
 #[path = "http/hardening.rs"]
 mod hardening;
+#[path = "http/impact.rs"]
+mod impact;
 #[path = "http/outage.rs"]
 mod outage;
 #[path = "http/restore.rs"]

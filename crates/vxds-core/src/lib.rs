@@ -7,12 +7,15 @@
 //! - [`xdstp`]: TP1 `xdstp://` resource names: parsing, normal form, type checks and globs.
 //! - [`params`]: dynamic parameter sets as clients send them.
 //! - [`identity`]: identity templates that turn a certificate identity into trusted parameters.
+//! - [`impact`]: impact preview: the client summary replicas publish, and which clients a
+//!   change to a variant set would move.
 //!
 //! Nothing here touches tokio, sqlx, axum or tonic; the protobuf edge lives in `vxds-envoy`.
 #![forbid(unsafe_code)]
 
 pub mod constraints;
 pub mod identity;
+pub mod impact;
 pub mod params;
 pub mod variants;
 pub mod xdstp;

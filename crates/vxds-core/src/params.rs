@@ -36,7 +36,18 @@ impl<P: Params + ?Sized> Params for &P {
 
 /// A concrete, ordered parameter set, e.g. a witness `{env=test}` that matches two variants.
 /// Ordered so that its bytes and its display are deterministic.
-#[derive(Clone, Debug, Default, PartialEq, Eq, Hash, PartialOrd, Ord, serde::Serialize)]
+#[derive(
+    Clone,
+    Debug,
+    Default,
+    PartialEq,
+    Eq,
+    Hash,
+    PartialOrd,
+    Ord,
+    serde::Serialize,
+    serde::Deserialize,
+)]
 #[serde(transparent)]
 pub struct ParamSet(pub BTreeMap<String, String>);
 

@@ -7,7 +7,8 @@
 //!
 //! [`validate_variant_set`] runs them all and reports every error. [`never_matching`] finds
 //! variants no client can ever receive (a warning), [`coverage`] reports which parameter sets
-//! match no variant, and [`VariantMatcher`] resolves subscribers.
+//! match no variant, [`coverage_grid`] shows every combination of the values the variants
+//! mention with the variant it gets, and [`VariantMatcher`] resolves subscribers.
 //!
 //! Variants are identified by their position in the slice and their canonical id.
 //!
@@ -18,11 +19,13 @@
 mod compiled;
 mod coverage;
 mod exclusivity;
+mod grid;
 mod matcher;
 
 use std::collections::{BTreeMap, BTreeSet};
 
 pub use coverage::{CoverageReport, Domains, KeyCondition, KeyDomain, UncoveredRegion};
+pub use grid::{CoverageGrid, GridCell, GridError, GridKey, GridValue, MAX_CELLS, coverage_grid};
 pub use matcher::VariantMatcher;
 
 use crate::constraints::{CanonicalConstraints, ConstraintsId};

@@ -372,6 +372,30 @@ impl XdstpUrl {
             .is_some_and(|rest| !rest.contains('/'))
     }
 
+    /// A locator for `urn` with `directives` (a redirect's target, built from its parts).
+    pub fn from_urn(urn: XdstpUrn, directives: Vec<Directive>) -> Self {
+        Self {
+            parts: urn.parts,
+            directives,
+        }
+    }
+
+    /// The same locator without its directives, which are not part of a resource's identity.
+    pub fn without_directives(&self) -> Self {
+        Self {
+            parts: self.parts.clone(),
+            directives: Vec::new(),
+        }
+    }
+
+    /// The `#entry=` directive's entry name, if any.
+    pub fn entry(&self) -> Option<&str> {
+        self.directives.iter().find_map(|d| match d {
+            Directive::Entry(e) => Some(e.as_str()),
+            Directive::Alt(_) => None,
+        })
+    }
+
     /// The URN this URL names, when it has neither glob nor directives.
     pub fn into_urn(self) -> Result<XdstpUrn, NameError> {
         if self.is_glob() {

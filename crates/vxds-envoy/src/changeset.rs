@@ -23,6 +23,9 @@ use crate::rules::{self, GraphProblem};
 mod precondition;
 mod raw;
 mod ttl;
+mod validator;
+
+use validator::Validator;
 
 pub use precondition::{ANY_VERSION, ExpectedVersion, Precondition};
 pub use raw::RawJson;
@@ -149,10 +152,20 @@ pub struct VariantRequest {
     #[serde(default)]
     #[cfg_attr(feature = "openapi", schema(value_type = Option<serde_json::Value>))]
     pub constraints: Value,
-    /// The body: proto3 JSON with `@type`.
+    /// The body: proto3 JSON with `@type` (the resource's type, or
+    /// `xds.core.v3.ResourceLocator` for a redirect). Absent when `redirect` is given.
     // Kept as text until it is validated: see `RawJson`.
+    #[serde(default)]
     #[cfg_attr(feature = "openapi", schema(value_type = Object))]
     pub resource: RawJson,
+    /// A TP1 redirect instead of a body: the `xdstp://` URL of another resource of the same
+    /// type, which subscribers receive as an `xds.core.v3.ResourceLocator`. One hop only.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    #[cfg_attr(
+        feature = "openapi",
+        schema(example = "xdstp://vxds/envoy.config.listener.v3.Listener/canonical")
+    )]
+    pub redirect: Option<String>,
     /// How long a client keeps this variant without an update or a heartbeat (`30s`,
     /// humantime, 1s to 24h). Absent: forever.
     #[serde(default, skip_serializing_if = "Option::is_none")]
@@ -373,6 +386,9 @@ pub struct ValidatedResource {
     pub version: String,
     /// For clusters: the clusters its aggregate variants point to (empty for other kinds).
     pub aggregate_children: Option<BTreeSet<String>>,
+    /// The resources (names in normal form, same type) its redirect variants point to; empty
+    /// when no variant is a redirect.
+    pub redirects: BTreeSet<String>,
 }
 
 #[derive(Clone, Debug)]
@@ -579,6 +595,46 @@ impl ValidatedChangeset {
             .collect()
     }
 
+    /// Resources this changeset touches, with the targets of their redirect variants (empty:
+    /// none, or deleted).
+    pub fn redirect_updates(&self) -> BTreeMap<(String, String), BTreeSet<String>> {
+        self.operations
+            .iter()
+            .map(|op| {
+                let targets = match &op.action {
+                    Action::Put(resource) => resource.redirects.clone(),
+                    Action::Delete => BTreeSet::new(),
+                };
+                ((op.key.type_url.clone(), op.key.name.clone()), targets)
+            })
+            .collect()
+    }
+
+    /// The one-hop redirect rule over `edges` (every redirect after this changeset), as
+    /// problems pointing at this changeset's operations.
+    pub fn redirect_problems(
+        &self,
+        edges: &BTreeMap<(String, String), BTreeSet<String>>,
+    ) -> Vec<Problem> {
+        let changed: BTreeSet<(String, String)> = self.redirect_updates().into_keys().collect();
+        crate::collections::check_redirect_graph(edges, &changed)
+            .into_iter()
+            .map(|p| {
+                let op = self
+                    .operations
+                    .iter()
+                    .find(|op| op.key.type_url == p.source.0 && op.key.name == p.source.1)
+                    .map_or(0, |op| op.index);
+                Problem::new(
+                    Pointer::root().push("operations").push(op),
+                    p.code,
+                    p.message,
+                )
+                .at(op, None)
+            })
+            .collect()
+    }
+
     /// The aggregate-graph rules over `edges` (the whole graph after this changeset), as
     /// problems pointing at this changeset's cluster operations.
     pub fn graph_problems(&self, edges: &BTreeMap<String, BTreeSet<String>>) -> Vec<Problem> {
@@ -604,758 +660,5 @@ impl ValidatedChangeset {
     }
 }
 
-struct Validator<'a> {
-    config: &'a ValidationConfig,
-    errors: Vec<Problem>,
-    warnings: Vec<Problem>,
-}
-
-impl Validator<'_> {
-    fn error(&mut self, problem: Problem) {
-        self.errors.push(problem);
-    }
-
-    fn resource_type(&mut self, spelling: &str, i: usize, at: &Pointer) -> Option<ResourceType> {
-        match ResourceType::resolve(spelling) {
-            Ok(ty) => Some(ty),
-            Err(e) => {
-                self.error(
-                    Problem::new(at.push("type"), "unknown_type", e.to_string()).at(i, None),
-                );
-                None
-            }
-        }
-    }
-
-    fn precondition(
-        &mut self,
-        expected: Option<&ExpectedVersion>,
-        must_not_exist: bool,
-        i: usize,
-        at: &Pointer,
-    ) -> Option<Precondition> {
-        match Precondition::from_request(expected, must_not_exist, at) {
-            Ok(p) => Some(p),
-            Err(problem) => {
-                self.error((*problem).at(i, None));
-                None
-            }
-        }
-    }
-
-    /// The resource name in normal form.
-    fn name(&mut self, name: &str, ty: &ResourceType, i: usize, at: &Pointer) -> Option<String> {
-        let at = at.push("name");
-        let fail =
-            |code: &str, message: String| Problem::new(at.clone(), code, message).at(i, None);
-        if name.is_empty() {
-            self.error(fail(
-                "empty_name",
-                "a resource name must not be empty".into(),
-            ));
-            return None;
-        }
-        if name.len() > xdstp::MAX_NAME_LEN {
-            self.error(fail(
-                "name_too_long",
-                format!(
-                    "the name is {} bytes long; the limit is {}",
-                    name.len(),
-                    xdstp::MAX_NAME_LEN
-                ),
-            ));
-            return None;
-        }
-        if let Some(c) = name.chars().find(|c| c.is_control()) {
-            self.error(fail(
-                "invalid_name",
-                format!("the name contains the control character U+{:04X}", c as u32),
-            ));
-            return None;
-        }
-        match ResourceName::parse(name) {
-            Ok(ResourceName::Opaque(name)) => Some(name),
-            Ok(ResourceName::Xdstp(urn)) => {
-                let checked = urn
-                    .check_type(ty.type_url())
-                    .and_then(|()| urn.check_authority(&self.config.authorities));
-                match checked {
-                    Ok(()) => Some(urn.to_string()),
-                    Err(e) => {
-                        self.error(fail(e.code(), e.to_string()));
-                        None
-                    }
-                }
-            }
-            Err(e) => {
-                self.error(fail(e.code(), e.to_string()));
-                None
-            }
-        }
-    }
-
-    fn delete(
-        &mut self,
-        i: usize,
-        delete: &DeleteRequest,
-        at: &Pointer,
-    ) -> Option<ValidatedOperation> {
-        let ty = self.resource_type(&delete.resource_type, i, at);
-        let name = ty
-            .as_ref()
-            .and_then(|ty| self.name(&delete.name, ty, i, at));
-        let precondition = self.precondition(delete.expected_version.as_ref(), false, i, at);
-        Some(ValidatedOperation {
-            index: i,
-            key: ResourceKey {
-                type_url: ty?.type_url().to_owned(),
-                name: name?,
-            },
-            precondition: precondition?,
-            action: Action::Delete,
-        })
-    }
-
-    fn put(&mut self, i: usize, put: &PutRequest, at: &Pointer) -> Option<ValidatedOperation> {
-        let errors_before = self.errors.len();
-        let ty = self.resource_type(&put.resource_type, i, at)?;
-        let name = self.name(&put.name, &ty, i, at);
-        let precondition =
-            self.precondition(put.expected_version.as_ref(), put.must_not_exist, i, at);
-        let variants_at = at.push("variants");
-        let max = self.config.variant_limits.max_variants;
-        if put.variants.is_empty() {
-            self.error(
-                Problem::new(
-                    variants_at,
-                    "no_variants",
-                    "a resource needs at least one variant; delete it instead",
-                )
-                .at(i, None),
-            );
-            return None;
-        }
-        if put.variants.len() > max {
-            self.error(
-                Problem::new(
-                    variants_at,
-                    "too_many_variants",
-                    format!(
-                        "{} variants exceed the limit of {max} per resource",
-                        put.variants.len()
-                    ),
-                )
-                .at(i, None),
-            );
-            return None;
-        }
-        let mut parsed = Vec::with_capacity(put.variants.len());
-        for (j, variant) in put.variants.iter().enumerate() {
-            let at = variants_at.push(j);
-            let constraints = self.constraints(&variant.constraints, i, j, &at.push("constraints"));
-            let body = self.body(
-                &variant.resource,
-                &ty,
-                name.as_deref(),
-                i,
-                j,
-                &at.push("resource"),
-            );
-            let ttl = variant.ttl.as_deref().and_then(|text| {
-                ttl::parse(text)
-                    .map_err(|message| {
-                        let problem = Problem::new(at.push("ttl"), "invalid_ttl", message);
-                        self.error(problem.at(i, Some(j)));
-                    })
-                    .ok()
-            });
-            parsed.push((constraints, (body, ttl)));
-        }
-        // The set rules need every variant's constraints.
-        let canonical: Option<Vec<CanonicalConstraints>> = parsed
-            .iter()
-            .map(|(c, _)| c.as_ref().map(Constraints::canonical))
-            .collect();
-        if let Some(canonical) = &canonical {
-            self.variant_set(canonical, i, &variants_at);
-            if ty.message_name() == SECRET {
-                self.secret_access(canonical, i, &variants_at);
-            }
-        }
-        if self.errors.len() > errors_before {
-            return None;
-        }
-        let name = name?;
-        let canonical = canonical?;
-        let mut variants = Vec::with_capacity(parsed.len());
-        let mut children: Option<BTreeSet<String>> = None;
-        for (constraints, (_, (body, ttl))) in canonical.into_iter().zip(parsed) {
-            let (body, aggregate) = body?;
-            if ty.message_name() == CLUSTER {
-                children
-                    .get_or_insert_default()
-                    .extend(aggregate.into_iter().flatten());
-            }
-            let constraints_text = constraints.to_string();
-            let mut parts: Vec<&[u8]> = vec![
-                ty.type_url().as_bytes(),
-                constraints_text.as_bytes(),
-                body.canonical_json.as_bytes(),
-            ];
-            // A TTL is part of what the client is sent, so a new TTL is a new version; a
-            // variant without one keeps the version it always had.
-            let ttl_ms = ttl.map(|t| t.as_millis().to_string());
-            if let Some(ttl_ms) = &ttl_ms {
-                parts.push(b"ttl");
-                parts.push(ttl_ms.as_bytes());
-            }
-            let version = content_hash("vxds.variant.v1", &parts);
-            variants.push(ValidatedVariant {
-                constraints,
-                body: body.any_bytes,
-                version,
-                ttl,
-            });
-        }
-        let mut parts: Vec<&[u8]> = vec![ty.type_url().as_bytes(), name.as_bytes()];
-        let ids: Vec<String> = variants
-            .iter()
-            .map(|v| v.constraints.id().to_string())
-            .collect();
-        for (id, variant) in ids.iter().zip(&variants) {
-            parts.push(id.as_bytes());
-            parts.push(variant.version.as_bytes());
-        }
-        let version = content_hash("vxds.resource.v1", &parts);
-        Some(ValidatedOperation {
-            index: i,
-            key: ResourceKey {
-                type_url: ty.type_url().to_owned(),
-                name,
-            },
-            precondition: precondition?,
-            action: Action::Put(ValidatedResource {
-                variants,
-                version,
-                aggregate_children: children,
-            }),
-        })
-    }
-
-    fn constraints(
-        &mut self,
-        json: &Value,
-        i: usize,
-        j: usize,
-        at: &Pointer,
-    ) -> Option<Constraints> {
-        let limits = &self.config.limits;
-        let result = match json {
-            Value::Null => Ok(Constraints::unconstrained()),
-            Value::String(text) => Constraints::parse(text, limits)
-                .map_err(|e| Problem::new(at.clone(), "invalid_constraints", e.to_string())),
-            Value::Object(_) => constraints_from_json(json, limits).map_err(|e| {
-                // Limit errors carry a pointer inside the constraints message.
-                let pointer = match &e {
-                    crate::constraints::ConstraintsJsonError::Invalid(inner) => {
-                        Pointer::parse(&inner.path).map_or(at.clone(), |p| at.join(&p))
-                    }
-                    crate::constraints::ConstraintsJsonError::Json(_) => at.clone(),
-                };
-                let message = match &e {
-                    crate::constraints::ConstraintsJsonError::Invalid(inner) => {
-                        inner.kind.to_string()
-                    }
-                    other => other.to_string(),
-                };
-                Problem::new(pointer, e.code(), message)
-            }),
-            _ => Err(Problem::new(
-                at.clone(),
-                "invalid_constraints",
-                "constraints are compact text, a DynamicParameterConstraints object, or null",
-            )),
-        };
-        match result {
-            Ok(c) => Some(c),
-            Err(problem) => {
-                self.error(problem.at(i, Some(j)));
-                None
-            }
-        }
-    }
-
-    /// The body and, for aggregate clusters, the clusters it points to.
-    fn body(
-        &mut self,
-        json: &RawJson,
-        ty: &ResourceType,
-        name: Option<&str>,
-        i: usize,
-        j: usize,
-        at: &Pointer,
-    ) -> Option<(Body, Option<Vec<String>>)> {
-        let body = match Body::from_json(json.get(), ty) {
-            Ok(body) => body,
-            Err(e) => {
-                self.error(Problem::new(at.join(&e.pointer), e.code, e.message).at(i, Some(j)));
-                return None;
-            }
-        };
-        let mut ok = true;
-        if let (Some(field), Some(name)) = (ty.name_field(), name) {
-            let own = body.name(ty).unwrap_or_default();
-            let own_normal = xdstp::normalize(&own)
-                .map(|n| n.into_owned())
-                .unwrap_or(own.clone());
-            if own_normal != name {
-                let message = if own.is_empty() {
-                    format!(
-                        "the body's `{}` is empty; it must be the resource name `{name}`",
-                        field.name()
-                    )
-                } else {
-                    format!(
-                        "the body's `{}` is `{own}` but the resource is named `{name}`",
-                        field.name()
-                    )
-                };
-                self.error(
-                    Problem::new(at.push(field.name()), "name_mismatch", message).at(i, Some(j)),
-                );
-                ok = false;
-            }
-        }
-        let mut aggregate = None;
-        if ty.message_name() == CLUSTER {
-            let report = rules::check_cluster(&body);
-            for e in report.errors {
-                self.error(Problem::new(at.join(&e.pointer), e.code, e.message).at(i, Some(j)));
-                ok = false;
-            }
-            for w in report.warnings {
-                self.warnings
-                    .push(Problem::new(at.join(&w.pointer), w.code, w.message).at(i, Some(j)));
-            }
-            aggregate = report.aggregate_children;
-        }
-        ok.then_some((body, aggregate))
-    }
-
-    /// With trusted keys configured, a secret's variants should each hold only for the
-    /// identities they name: one that a client of any other identity can match, with the
-    /// untrusted parameters it claims, is served to clients it was not meant for.
-    fn secret_access(&mut self, variants: &[CanonicalConstraints], i: usize, at: &Pointer) {
-        let trusted = &self.config.trusted_keys;
-        for (j, constraints) in variants.iter().enumerate() {
-            let Some(witness) = vxds_core::identity::open_to_any_identity(
-                constraints,
-                trusted,
-                &self.config.variant_limits,
-            ) else {
-                continue;
-            };
-            let mut problem = Problem::new(
-                at.push(j).push("constraints"),
-                "untrusted_secret_variant",
-                format!(
-                    "variant {j} of this secret matches clients whose certificates vouch for \
-                     none of the values it names ({}), so any client can obtain it",
-                    trusted.join(", ")
-                ),
-            )
-            .at(i, Some(j));
-            problem.witness = Some(witness);
-            self.warnings.push(problem);
-        }
-    }
-
-    fn variant_set(&mut self, variants: &[CanonicalConstraints], i: usize, at: &Pointer) {
-        let limits = &self.config.variant_limits;
-        if let Err(errors) = variants::validate_variant_set(variants, limits) {
-            for e in errors {
-                let pointer = match e.variant() {
-                    Some(j) => at.push(j).push("constraints"),
-                    None => at.clone(),
-                };
-                let witness = e.witness().cloned();
-                let mut problem = Problem::new(pointer, e.code(), e.to_string()).at(i, e.variant());
-                problem.witness = witness;
-                self.error(problem);
-            }
-        }
-        // A variant no client can match is legal, and almost certainly a mistake.
-        match variants::never_matching(variants, limits) {
-            Ok(dead) => {
-                for j in dead {
-                    self.warnings.push(
-                        Problem::new(
-                            at.push(j).push("constraints"),
-                            "never_matches",
-                            format!(
-                                "variant {j}'s constraints `{}` match no parameter set",
-                                variants[j]
-                            ),
-                        )
-                        .at(i, Some(j)),
-                    );
-                }
-            }
-            Err(VariantSetError::TooComplex { .. } | VariantSetError::TooManyKeys { .. }) => {}
-            Err(_) => {}
-        }
-    }
-}
-
 #[cfg(test)]
-mod tests {
-    use super::*;
-    use serde_json::json;
-
-    fn route(name: &str) -> Value {
-        json!({"@type": "type.googleapis.com/envoy.config.route.v3.RouteConfiguration", "name": name})
-    }
-
-    fn put(ty: &str, name: &str, variants: Vec<(Value, Value)>) -> OperationRequest {
-        OperationRequest::Put(PutRequest {
-            resource_type: ty.into(),
-            name: name.into(),
-            expected_version: None,
-            must_not_exist: false,
-            variants: variants
-                .into_iter()
-                .map(|(constraints, resource)| VariantRequest {
-                    constraints,
-                    resource: resource.into(),
-                    ttl: None,
-                })
-                .collect(),
-        })
-    }
-
-    fn run(ops: Vec<OperationRequest>) -> Result<Validated, Invalid> {
-        validate(
-            &ChangesetRequest {
-                operations: ops,
-                ..Default::default()
-            },
-            &ValidationConfig::default(),
-        )
-    }
-
-    fn problems(ops: Vec<OperationRequest>) -> Vec<(String, String)> {
-        run(ops)
-            .unwrap_err()
-            .errors
-            .into_iter()
-            .map(|p| (p.pointer.to_string(), p.code))
-            .collect()
-    }
-
-    #[test]
-    fn accepts_variants_in_text_json_and_null() {
-        let ok = run(vec![put(
-            "route",
-            "r",
-            vec![
-                (json!(r#"env = "prod""#), route("r")),
-                (
-                    json!({"constraint": {"key": "env", "value": "test"}}),
-                    route("r"),
-                ),
-            ],
-        )])
-        .unwrap();
-        let Action::Put(resource) = &ok.changeset.operations[0].action else {
-            panic!()
-        };
-        assert_eq!(resource.variants.len(), 2);
-        assert_eq!(resource.version.len(), 16);
-        assert_ne!(resource.variants[0].version, resource.variants[1].version);
-        assert_eq!(
-            ok.changeset.operations[0].key.type_url,
-            "type.googleapis.com/envoy.config.route.v3.RouteConfiguration"
-        );
-        assert!(run(vec![put("route", "r", vec![(json!(null), route("r"))])]).is_ok());
-    }
-
-    #[test]
-    fn versions_are_content_hashes() {
-        let a = run(vec![put(
-            "route",
-            "r",
-            vec![(json!("env = a"), route("r"))],
-        )])
-        .unwrap();
-        let b = run(vec![put(
-            "route",
-            "r",
-            vec![(json!(r#"env == "a""#), route("r"))],
-        )])
-        .unwrap();
-        let version = |v: &Validated| match &v.changeset.operations[0].action {
-            Action::Put(r) => r.version.clone(),
-            Action::Delete => unreachable!(),
-        };
-        assert_eq!(version(&a), version(&b));
-        let c = run(vec![put(
-            "route",
-            "r",
-            vec![(json!("env = b"), route("r"))],
-        )])
-        .unwrap();
-        assert_ne!(version(&a), version(&c));
-    }
-
-    #[test]
-    fn ttl_is_validated_and_versioned() {
-        let with_ttl = |ttl: &str| {
-            let mut op = put("route", "r", vec![(json!(null), route("r"))]);
-            if let OperationRequest::Put(put) = &mut op {
-                put.variants[0].ttl = Some(ttl.into());
-            }
-            op
-        };
-        let variant = |v: &Validated| match &v.changeset.operations[0].action {
-            Action::Put(r) => r.variants[0].clone(),
-            Action::Delete => unreachable!(),
-        };
-        let plain =
-            variant(&run(vec![put("route", "r", vec![(json!(null), route("r"))])]).unwrap());
-        let thirty = variant(&run(vec![with_ttl("30s")]).unwrap());
-        assert_eq!(plain.ttl, None);
-        assert_eq!(thirty.ttl, Some(std::time::Duration::from_secs(30)));
-        assert_ne!(plain.version, thirty.version);
-        assert_ne!(
-            thirty.version,
-            variant(&run(vec![with_ttl("31s")]).unwrap()).version
-        );
-        let errors = run(vec![with_ttl("0s")]).unwrap_err().errors;
-        assert_eq!(errors[0].code, "invalid_ttl");
-        assert_eq!(
-            errors[0].pointer.to_string(),
-            "/operations/0/variants/0/ttl"
-        );
-    }
-
-    #[test]
-    fn reports_every_problem_with_its_pointer() {
-        let errors = problems(vec![
-            put("nope", "x", vec![(json!(null), route("x"))]),
-            put("route", "", vec![(json!("env = "), json!({"name": "y"}))]),
-            put(
-                "route",
-                "r",
-                vec![
-                    (json!("env in (a, b)"), route("r")),
-                    (json!("env in (b, c)"), route("r")),
-                ],
-            ),
-            put("route", "r2", vec![(json!(null), route("other"))]),
-            put("route", "r3", vec![]),
-            OperationRequest::Delete(DeleteRequest {
-                resource_type: "route".into(),
-                name: "r".into(),
-                expected_version: None,
-            }),
-        ]);
-        assert_eq!(
-            errors,
-            vec![
-                ("/operations/0/type".into(), "unknown_type".into()),
-                ("/operations/1/name".into(), "empty_name".into()),
-                (
-                    "/operations/1/variants/0/constraints".into(),
-                    "invalid_constraints".into()
-                ),
-                (
-                    "/operations/1/variants/0/resource/@type".into(),
-                    "missing_type".into()
-                ),
-                (
-                    "/operations/2/variants/1/constraints".into(),
-                    "overlapping_variants".into()
-                ),
-                (
-                    "/operations/3/variants/0/resource/name".into(),
-                    "name_mismatch".into()
-                ),
-                ("/operations/4/variants".into(), "no_variants".into()),
-                ("/operations/5".into(), "duplicate_operation".into()),
-            ]
-        );
-        let overlap = run(vec![put(
-            "route",
-            "r",
-            vec![
-                (json!("env in (a, b)"), route("r")),
-                (json!("env in (b, c)"), route("r")),
-            ],
-        )])
-        .unwrap_err();
-        assert_eq!(
-            overlap.errors[0].witness,
-            Some([("env", "b")].into_iter().collect())
-        );
-        assert_eq!(
-            (overlap.errors[0].operation, overlap.errors[0].variant),
-            (Some(0), Some(1))
-        );
-    }
-
-    #[test]
-    fn json_constraint_errors_point_inside_the_constraints() {
-        let errors = problems(vec![put(
-            "route",
-            "r",
-            vec![(
-                json!({"and_constraints": {"constraints": [{"constraint": {"key": "", "value": "x"}}]}}),
-                route("r"),
-            )],
-        )]);
-        assert_eq!(
-            errors,
-            vec![(
-                "/operations/0/variants/0/constraints/and_constraints/constraints/0/constraint/key"
-                    .into(),
-                "empty_key".into()
-            )]
-        );
-    }
-
-    #[test]
-    fn xdstp_names_are_normalised_and_checked() {
-        let name = "xdstp://auth/envoy.config.route.v3.RouteConfiguration/r?b=2&a=1";
-        let ok = run(vec![put("route", name, vec![(json!(null), route(name))])]).unwrap();
-        assert_eq!(
-            ok.changeset.operations[0].key.name,
-            "xdstp://auth/envoy.config.route.v3.RouteConfiguration/r?a=1&b=2"
-        );
-        let wrong_type = "xdstp://auth/envoy.config.cluster.v3.Cluster/r";
-        assert_eq!(
-            problems(vec![put(
-                "route",
-                wrong_type,
-                vec![(json!(null), route(wrong_type))]
-            )]),
-            vec![("/operations/0/name".into(), "xdstp_type_mismatch".into())]
-        );
-        let config = ValidationConfig {
-            authorities: vec!["auth".into()],
-            ..Default::default()
-        };
-        let other = "xdstp://elsewhere/envoy.config.route.v3.RouteConfiguration/r";
-        let request = ChangesetRequest {
-            operations: vec![put("route", other, vec![(json!(null), route(other))])],
-            ..Default::default()
-        };
-        assert_eq!(
-            validate(&request, &config).unwrap_err().errors[0].code,
-            "unknown_authority"
-        );
-    }
-
-    #[test]
-    fn standalone_validation_checks_the_aggregate_graph() {
-        let agg = |name: &str, children: &[&str]| {
-            put(
-                "cluster",
-                name,
-                vec![(
-                    json!(null),
-                    json!({"@type": "type.googleapis.com/envoy.config.cluster.v3.Cluster", "name": name,
-                           "cluster_type": {"name": "envoy.clusters.aggregate", "typed_config": {
-                               "@type": rules::AGGREGATE_CONFIG_TYPE_URL, "clusters": children}}}),
-                )],
-            )
-        };
-        let request = ChangesetRequest {
-            operations: vec![agg("a", &["b"]), agg("b", &["a"])],
-            ..Default::default()
-        };
-        assert!(validate(&request, &ValidationConfig::default()).is_ok());
-        let invalid = validate_standalone(&request, &ValidationConfig::default()).unwrap_err();
-        assert_eq!(invalid.errors.len(), 1);
-        assert_eq!(invalid.errors[0].code, "aggregate_cycle");
-        assert_eq!(invalid.errors[0].pointer.to_string(), "/operations/0");
-    }
-
-    #[test]
-    fn warnings_do_not_refuse() {
-        let ok = run(vec![put(
-            "cluster",
-            "s",
-            vec![(json!(null), json!({"@type": "type.googleapis.com/envoy.config.cluster.v3.Cluster", "name": "s", "type": "STATIC"}))],
-        )])
-        .unwrap();
-        assert_eq!(ok.warnings[0].code, "not_for_grpc");
-        let dead = run(vec![put(
-            "route",
-            "r",
-            vec![(json!("env = a && env = b"), route("r"))],
-        )])
-        .unwrap();
-        assert_eq!(dead.warnings[0].code, "never_matches");
-    }
-
-    #[test]
-    fn secrets_not_keyed_on_a_trusted_key_are_flagged() {
-        let secret = |name: &str| json!({"@type": "type.googleapis.com/envoy.extensions.transport_sockets.tls.v3.Secret", "name": name});
-        let request = ChangesetRequest {
-            operations: vec![
-                put(
-                    "secret",
-                    "tls",
-                    vec![
-                        (json!(r#"namespace = "shop""#), secret("tls")),
-                        (json!(r#"namespace != "shop""#), secret("tls")),
-                    ],
-                ),
-                put("secret", "open", vec![(json!(null), secret("open"))]),
-            ],
-            ..Default::default()
-        };
-        let config = ValidationConfig {
-            trusted_keys: vec!["namespace".into()],
-            ..Default::default()
-        };
-        let validated = validate(&request, &config).unwrap();
-        let flagged: Vec<&str> = validated
-            .warnings
-            .iter()
-            .map(|w| w.pointer.as_str())
-            .collect();
-        // `namespace != "shop"` reaches every other namespace, and the unconstrained one all.
-        assert_eq!(
-            flagged,
-            [
-                "/operations/0/variants/1/constraints",
-                "/operations/1/variants/0/constraints"
-            ]
-        );
-        assert_eq!(validated.warnings[0].code, "untrusted_secret_variant");
-        assert!(validated.warnings[0].witness.is_some());
-        // Without a template nothing is trusted, and nothing is flagged.
-        let plain = validate(&request, &ValidationConfig::default()).unwrap();
-        assert!(plain.warnings.is_empty(), "{:?}", plain.warnings);
-    }
-
-    #[test]
-    fn request_model_reads_the_documented_shape() {
-        let request: ChangesetRequest = serde_json::from_value(json!({
-            "expected_revision": 3,
-            "message": "split prod",
-            "operations": [
-                {"op": "put", "type": "route", "name": "r", "variants": [{"constraints": "env = prod", "resource": route("r")}]},
-                {"op": "delete", "type": "cluster", "name": "old"}
-            ]
-        }))
-        .unwrap();
-        assert_eq!(request.expected_revision, Some(3));
-        assert!(matches!(request.operations[1], OperationRequest::Delete(_)));
-        let bad: Result<ChangesetRequest, _> = serde_json::from_value(
-            json!({"operations": [{"op": "put", "type": "r", "name": "r", "variants": [], "extra": 1}]}),
-        );
-        assert!(bad.is_err());
-    }
-}
+mod tests;

@@ -13,6 +13,7 @@
 #![forbid(unsafe_code)]
 
 pub mod changeset;
+pub mod collections;
 pub mod constraints;
 pub mod descriptors;
 pub mod pointer;

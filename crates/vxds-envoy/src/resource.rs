@@ -3,6 +3,10 @@
 
 use std::fmt;
 
+use prost_reflect::ReflectMessage as _;
+
+use crate::collections::{RESOURCE_LOCATOR, RESOURCE_LOCATOR_TYPE_URL};
+
 use prost::Message;
 use prost_reflect::{
     DeserializeOptions, DynamicMessage, FieldDescriptor, Kind, MessageDescriptor, SerializeOptions,
@@ -154,7 +158,7 @@ impl Body {
                 code: "missing_type",
                 message: format!("a resource body needs `\"@type\": \"{}\"`", ty.type_url()),
             })?;
-        if at_type != ty.type_url() {
+        if at_type != ty.type_url() && at_type != RESOURCE_LOCATOR_TYPE_URL {
             return Err(BodyError {
                 pointer: Pointer::root().push("@type"),
                 code: "type_mismatch",
@@ -197,13 +201,8 @@ impl Body {
         };
         let any =
             prost_types::Any::decode(any_bytes.as_slice()).map_err(|e| invalid(e.to_string()))?;
-        if any.type_url != ty.type_url() {
-            return Err(invalid(format!(
-                "holds `{}`, not `{}`",
-                any.type_url,
-                ty.type_url()
-            )));
-        }
+        let ty = &body_type(ty, &any.type_url)
+            .ok_or_else(|| invalid(format!("holds `{}`, not `{}`", any.type_url, ty.type_url())))?;
         let message = DynamicMessage::decode(ty.descriptor().clone(), any.value.as_slice())
             .map_err(|e| invalid(e.to_string()))?;
         let canonical_json = canonical_json(&to_json(&message, Some(ty.type_url())));
@@ -224,13 +223,8 @@ impl Body {
             message,
         };
         let any = prost_types::Any::decode(any_bytes).map_err(|e| invalid(e.to_string()))?;
-        if any.type_url != ty.type_url() {
-            return Err(invalid(format!(
-                "holds `{}`, not `{}`",
-                any.type_url,
-                ty.type_url()
-            )));
-        }
+        let ty = &body_type(ty, &any.type_url)
+            .ok_or_else(|| invalid(format!("holds `{}`, not `{}`", any.type_url, ty.type_url())))?;
         let message = DynamicMessage::decode(ty.descriptor().clone(), any.value.as_slice())
             .map_err(|e| invalid(e.to_string()))?;
         Ok(to_json(&message, Some(ty.type_url())))
@@ -239,7 +233,23 @@ impl Body {
     /// The body as proto3 JSON with `@type` and protobuf field names, as Envoy's config dumps
     /// print it.
     pub fn to_json(&self, ty: &ResourceType) -> Value {
-        to_json(&self.message, Some(ty.type_url()))
+        let own = format!("{TYPE_URL_PREFIX}{}", self.message.descriptor().full_name());
+        let type_url = if self.is_redirect() {
+            own.as_str()
+        } else {
+            ty.type_url()
+        };
+        to_json(&self.message, Some(type_url))
+    }
+
+    /// Whether the body is a TP1 redirect (an `xds.core.v3.ResourceLocator`), not the resource.
+    pub fn is_redirect(&self) -> bool {
+        self.message.descriptor().full_name() == RESOURCE_LOCATOR
+    }
+
+    /// The decoded message.
+    pub fn message(&self) -> &DynamicMessage {
+        &self.message
     }
 
     /// The value of the body's name field, if the type has one.
@@ -254,6 +264,17 @@ impl Body {
     /// The inner message as a generated type, for type-specific rules.
     pub fn decode_as<M: Message + Default>(&self) -> Result<M, prost::DecodeError> {
         M::decode(self.value_bytes.as_slice())
+    }
+}
+
+/// The type a body of a resource of type `ty` holds: the resource's own, or a redirect.
+fn body_type(ty: &ResourceType, at_type: &str) -> Option<ResourceType> {
+    if at_type == ty.type_url() {
+        Some(ty.clone())
+    } else if at_type == RESOURCE_LOCATOR_TYPE_URL {
+        ResourceType::resolve(RESOURCE_LOCATOR).ok()
+    } else {
+        None
     }
 }
 

@@ -8,7 +8,7 @@
 //! touch the database or block the writer. Variant bodies are held encoded, once, for every
 //! stream to share.
 
-use std::collections::BTreeSet;
+use std::collections::{BTreeSet, HashMap};
 use std::sync::Arc;
 
 use backon::Retryable;
@@ -48,6 +48,8 @@ pub struct IndexedVariant {
     pub version: Arc<str>,
     /// The TTL clients are sent with it (`Resource.ttl`), kept alive by heartbeats.
     pub ttl: Option<std::time::Duration>,
+    /// The body is a TP1 redirect (`xds.core.v3.ResourceLocator`): always sent wrapped.
+    pub redirect: bool,
 }
 
 /// A resource: its variants and the matcher that picks one for a subscriber.
@@ -86,6 +88,7 @@ impl IndexedResource {
                     constraints_bytes,
                     constraints_text: constrained.then(|| Arc::from(v.constraints.to_string())),
                     constraints: v.constraints,
+                    redirect: vxds_envoy::collections::is_redirect_body(&v.body),
                     body: Bytes::from(v.body),
                     version: Arc::from(v.version),
                     ttl: v.ttl,
@@ -98,6 +101,31 @@ impl IndexedResource {
             version: stored.version,
             revision: stored.revision,
             variants,
+            matcher,
+        }
+    }
+
+    /// A resource made by the server rather than stored (a list collection built from its
+    /// members): one unconstrained variant, which every subscriber resolves to.
+    pub fn synthesized(key: ResourceKey, revision: u64, body: Bytes, version: Arc<str>) -> Self {
+        let constraints = vxds_core::Constraints::unconstrained().canonical();
+        let matcher = VariantMatcher::new(std::slice::from_ref(&constraints));
+        Self {
+            name: Arc::from(key.name.as_str()),
+            key,
+            version: version.to_string(),
+            revision,
+            variants: vec![IndexedVariant {
+                id: constraints.id(),
+                constraints,
+                constraints_proto: None,
+                constraints_bytes: None,
+                constraints_text: None,
+                redirect: vxds_envoy::collections::is_redirect_body(&body),
+                body,
+                version,
+                ttl: None,
+            }],
             matcher,
         }
     }
@@ -115,6 +143,9 @@ pub struct RevisionChanges {
     /// When it was committed (Unix milliseconds), for push-latency metrics.
     pub committed_at_ms: i64,
     pub changed: Arc<[ResourceKey]>,
+    /// Who committed it and why (`GET /v1/events` shows them without asking the store).
+    pub author: Option<Arc<str>>,
+    pub message: Option<Arc<str>>,
 }
 
 /// The store's state at one revision.
@@ -123,9 +154,49 @@ pub struct Snapshot {
     pub revision: u64,
     resources: OrdMap<ResourceKey, Arc<IndexedResource>>,
     history: Vector<RevisionChanges>,
+    derived: Derived,
 }
 
+/// What a resource made from a snapshot is keyed by: the name asked for (with its `#entry=`),
+/// the subscriber's parameters, and whether it takes inline entries.
+#[derive(Clone, Debug, PartialEq, Eq, Hash)]
+pub struct DerivedKey {
+    pub name: String,
+    pub entry: Option<String>,
+    pub params: vxds_core::ParamSet,
+    pub inline: bool,
+}
+
+/// A resource made from a snapshot for a subscriber, and its variant; `None`: none exists.
+pub type Derivation = Option<(Arc<IndexedResource>, usize)>;
+
+/// Resources made from one snapshot (list collections, per subscriber parameters), kept with
+/// it so that streams with equal parameters build each once; a new snapshot starts empty.
+#[derive(Clone, Debug, Default)]
+struct Derived(Arc<std::sync::Mutex<HashMap<DerivedKey, Derivation>>>);
+
+/// Distinct derivations kept per snapshot: beyond, they are made but not kept, so that clients
+/// inventing parameter sets cannot grow the cache.
+const DERIVED_LIMIT: usize = 4096;
+
 impl Snapshot {
+    /// A resource made from this snapshot by `make`, made once per `key` while the snapshot is
+    /// current (the lock is not held while making).
+    pub fn derive(&self, key: DerivedKey, make: impl FnOnce() -> Derivation) -> Derivation {
+        if let Ok(cache) = self.derived.0.lock()
+            && let Some(found) = cache.get(&key)
+        {
+            return found.clone();
+        }
+        let made = make();
+        if let Ok(mut cache) = self.derived.0.lock()
+            && cache.len() < DERIVED_LIMIT
+        {
+            cache.insert(key, made.clone());
+        }
+        made
+    }
+
     pub fn get(&self, type_url: &str, name: &str) -> Option<&Arc<IndexedResource>> {
         self.resources.get(&ResourceKey {
             type_url: type_url.to_owned(),
@@ -204,6 +275,7 @@ impl Snapshot {
     /// snapshot this way; tests and offline tools may too.
     pub fn apply(&self, batch: ChangeBatch) -> Snapshot {
         let mut next = self.clone();
+        next.derived = Derived::default();
         for key in batch.deleted {
             next.resources.remove(&key);
         }
@@ -217,6 +289,8 @@ impl Snapshot {
                 revision: change.revision,
                 committed_at_ms: change.committed_at_ms,
                 changed: change.changed.into(),
+                author: change.author.map(Into::into),
+                message: change.message.map(Into::into),
             });
             if next.history.len() > HISTORY {
                 next.history.pop_front();
@@ -344,5 +418,40 @@ async fn follow(store: Store, tx: watch::Sender<Arc<Snapshot>>) {
         if tx.is_closed() {
             return;
         }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn derivations_are_made_once_per_snapshot() {
+        let snapshot = Snapshot::default();
+        let key = DerivedKey {
+            name: "xdstp://a/envoy.config.listener.v3.ListenerCollection/c".into(),
+            entry: None,
+            params: vxds_core::ParamSet::default(),
+            inline: false,
+        };
+        let mut made = 0;
+        for _ in 0..3 {
+            let _ = snapshot.clone().derive(key.clone(), || {
+                made += 1;
+                None
+            });
+        }
+        assert_eq!(made, 1);
+        let next = snapshot.apply(ChangeBatch {
+            revision: 1,
+            revisions: vec![],
+            resources: vec![],
+            deleted: vec![],
+        });
+        let _ = next.derive(key, || {
+            made += 1;
+            None
+        });
+        assert_eq!(made, 2);
     }
 }

@@ -14,7 +14,7 @@ pub mod model;
 mod store;
 
 pub use error::{ApplyError, Conflict, RestoreError, StoreError};
-pub use index::{Index, IndexedResource, IndexedVariant, Snapshot};
+pub use index::{Derivation, DerivedKey, Index, IndexedResource, IndexedVariant, Snapshot};
 pub use model::*;
 pub use store::{
     Backend, DEFAULT_ACQUIRE_TIMEOUT, DEFAULT_STATEMENT_TIMEOUT, DownReason, PROBE_PERIOD, Store,

@@ -1,6 +1,7 @@
 //! What the store holds and answers with.
 
 use serde::Serialize;
+use vxds_core::impact::{ClientSummary, VariantState};
 use vxds_core::{CanonicalConstraints, ConstraintsId};
 use vxds_envoy::changeset::{Problem, ResourceKey};
 
@@ -88,6 +89,27 @@ pub struct Applied {
     /// Resources whose state changed; operations that changed nothing are left out.
     pub changes: Vec<Change>,
     pub warnings: Vec<Problem>,
+    /// Dry runs only: each changed resource's variants before and after, read under the
+    /// writers' lock, for impact preview.
+    pub previews: Vec<Preview>,
+}
+
+/// A changed resource's variants as they are and as a dry run would leave them (in stored
+/// order; empty when it does not exist before, or after).
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct Preview {
+    pub key: ResourceKey,
+    pub before: Vec<VariantState>,
+    pub after: Vec<VariantState>,
+}
+
+/// One replica's client summary as published in the store.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct ReplicaSummary {
+    pub replica_id: String,
+    pub published_at_ms: i64,
+    pub expires_at_ms: i64,
+    pub summary: ClientSummary,
 }
 
 /// One row of a resource listing.
@@ -119,11 +141,14 @@ pub struct ListPage {
 }
 
 /// One revision in the change feed.
-#[derive(Clone, Debug, PartialEq, Eq)]
+#[derive(Clone, Debug, Default, PartialEq, Eq)]
 pub struct RevisionChangeList {
     pub revision: u64,
     pub committed_at_ms: i64,
     pub changed: Vec<ResourceKey>,
+    /// Who committed it and why, carried into the index for the event stream.
+    pub author: Option<String>,
+    pub message: Option<String>,
 }
 
 impl StoredResource {

@@ -8,12 +8,14 @@
 //! the only way to learn of another process's commits on SQLite, and on Postgres the fallback
 //! when the LISTEN connection went half-open; it also notices a head that went backwards.
 //! While the database cannot be reached, requests are refused at once ([`health`]).
+//! Replicas publish their client summaries for impact preview here too ([`summaries`]).
 
 mod follow;
 mod health;
 mod history;
 mod notify;
 mod read;
+mod summaries;
 mod write;
 
 use std::path::PathBuf;

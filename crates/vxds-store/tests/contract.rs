@@ -23,8 +23,12 @@ use vxds_testkit::{TestDb, on_both_backends};
 mod following;
 #[path = "contract/outage.rs"]
 mod outage;
+#[path = "contract/redirects.rs"]
+mod redirects;
 #[path = "contract/restore.rs"]
 mod restore;
+#[path = "contract/summaries.rs"]
+mod summaries;
 
 const ROUTE: &str = "type.googleapis.com/envoy.config.route.v3.RouteConfiguration";
 const CLUSTER: &str = "type.googleapis.com/envoy.config.cluster.v3.Cluster";
@@ -463,8 +467,11 @@ async fn the_change_feed_reads_one_snapshot(db: TestDb) {
         .unwrap();
     store
         .apply(
-            changeset(json!({"operations": [{"op": "delete", "type": "route", "name": "r"}]})),
-            None,
+            changeset(json!({
+                "message": "drop r",
+                "operations": [{"op": "delete", "type": "route", "name": "r"}],
+            })),
+            Some("carol".into()),
         )
         .await
         .unwrap();
@@ -492,6 +499,15 @@ async fn the_change_feed_reads_one_snapshot(db: TestDb) {
         (3, vec![key(ROUTE, "r")])
     );
     assert!(since_two.revisions[0].committed_at_ms > 0);
+    // Who and why travel with the feed (the event stream reads them from the index).
+    assert_eq!(
+        (
+            since_two.revisions[0].author.as_deref(),
+            since_two.revisions[0].message.as_deref()
+        ),
+        (Some("carol"), Some("drop r"))
+    );
+    assert_eq!(everything.revisions[0].author, None);
     assert!(since_two.resources.is_empty());
     assert_eq!(since_two.deleted, vec![key(ROUTE, "r")]);
     assert!(store.changes_since(3).await.unwrap().revisions.is_empty());

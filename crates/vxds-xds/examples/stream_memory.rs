@@ -79,6 +79,7 @@ fn snapshot(clusters: usize, variants: usize) -> Snapshot {
             revision: 1,
             committed_at_ms: 1,
             changed: vec![],
+            ..Default::default()
         }],
         resources: vec![],
         deleted: vec![],

@@ -3,7 +3,8 @@
 //!
 //! - **Keepalive**: the server pings every `keepalive_interval` and closes a connection whose
 //!   peer does not answer within `keepalive_timeout`, so a proxy whose host vanished (no FIN)
-//!   frees its stream and state within interval + timeout.
+//!   frees its stream and state within interval + timeout. A peer that connects and sends
+//!   nothing (no HTTP/2 preface, so no pings either) is closed after `keepalive_timeout`.
 //! - **Maximum age** (gRPC's MAX_CONNECTION_AGE): after `max_age`, ±10 % so that connections
 //!   made together do not all leave together, a connection is closed gracefully: its streams
 //!   end with `UNAVAILABLE` and a GOAWAY stops new ones, so clients reconnect — through the load
@@ -21,7 +22,7 @@ use std::future::Future;
 use std::io;
 use std::pin::pin;
 use std::sync::Arc;
-use std::sync::atomic::{AtomicU64, Ordering};
+use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 use std::time::Duration;
 
 use hyper::server::conn::http2;
@@ -164,6 +165,13 @@ async fn serve_connection<IO>(
 ) where
     IO: AsyncRead + AsyncWrite + Unpin + Send + 'static,
 {
+    // HTTP/2 pings only start once the client's preface arrives: a peer that connects and
+    // says nothing would hold its connection forever.
+    let heard = Arc::new(AtomicBool::new(false));
+    let io = Heard {
+        io,
+        heard: heard.clone(),
+    };
     let (closing, closing_rx) = watch::channel(None);
     let extensions = (info, ConnectionClosing(closing_rx));
     let service = tower::service_fn(move |mut request: http::Request<hyper::body::Incoming>| {
@@ -204,6 +212,16 @@ async fn serve_connection<IO>(
             return;
         }
         () = async {
+            tokio::time::sleep(config.keepalive_timeout).await;
+            if heard.load(Ordering::Relaxed) {
+                std::future::pending::<()>().await;
+            }
+        } => {
+            metrics.connections_closed.get_or_create(&ClosedLabels { reason: "silent" }).inc();
+            debug!("an xDS connection sent nothing within the keepalive timeout; closed");
+            return;
+        }
+        () = async {
             match age {
                 Some(age) => tokio::time::sleep(age).await,
                 None => std::future::pending().await,
@@ -234,6 +252,63 @@ async fn serve_connection<IO>(
             ?grace,
             reason, "a closing xDS connection outlived its grace period; cut"
         );
+    }
+}
+
+/// A connection's transport that notes when the peer first sends something.
+struct Heard<IO> {
+    io: IO,
+    heard: Arc<AtomicBool>,
+}
+
+impl<IO: AsyncRead + Unpin> AsyncRead for Heard<IO> {
+    fn poll_read(
+        mut self: std::pin::Pin<&mut Self>,
+        cx: &mut std::task::Context<'_>,
+        buf: &mut tokio::io::ReadBuf<'_>,
+    ) -> std::task::Poll<std::io::Result<()>> {
+        let before = buf.filled().len();
+        let polled = std::pin::Pin::new(&mut self.io).poll_read(cx, buf);
+        if buf.filled().len() > before {
+            self.heard.store(true, Ordering::Relaxed);
+        }
+        polled
+    }
+}
+
+impl<IO: AsyncWrite + Unpin> AsyncWrite for Heard<IO> {
+    fn poll_write(
+        mut self: std::pin::Pin<&mut Self>,
+        cx: &mut std::task::Context<'_>,
+        buf: &[u8],
+    ) -> std::task::Poll<std::io::Result<usize>> {
+        std::pin::Pin::new(&mut self.io).poll_write(cx, buf)
+    }
+
+    fn poll_flush(
+        mut self: std::pin::Pin<&mut Self>,
+        cx: &mut std::task::Context<'_>,
+    ) -> std::task::Poll<std::io::Result<()>> {
+        std::pin::Pin::new(&mut self.io).poll_flush(cx)
+    }
+
+    fn poll_shutdown(
+        mut self: std::pin::Pin<&mut Self>,
+        cx: &mut std::task::Context<'_>,
+    ) -> std::task::Poll<std::io::Result<()>> {
+        std::pin::Pin::new(&mut self.io).poll_shutdown(cx)
+    }
+
+    fn poll_write_vectored(
+        mut self: std::pin::Pin<&mut Self>,
+        cx: &mut std::task::Context<'_>,
+        bufs: &[std::io::IoSlice<'_>],
+    ) -> std::task::Poll<std::io::Result<usize>> {
+        std::pin::Pin::new(&mut self.io).poll_write_vectored(cx, bufs)
+    }
+
+    fn is_write_vectored(&self) -> bool {
+        self.io.is_write_vectored()
     }
 }
 

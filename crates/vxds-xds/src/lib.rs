@@ -7,13 +7,15 @@
 //! - [`service`]: the gRPC services (ADS and the nine per-type ones, from one generic
 //!   implementation), a task per stream, bounded queues.
 //! - [`wire`]: responses encoded around the variants' shared bytes.
-//! - [`csds`], [`status`]: what the server knows of each client; [`metrics`]: Prometheus.
+//! - [`csds`], [`status`]: what the server knows of each client; [`summary`]: the compact
+//!   summary of them impact preview reads; [`metrics`]: Prometheus.
 //!
 //! It reads only the in-memory index, never the database.
 #![forbid(unsafe_code)]
 
 pub mod connections;
 pub mod csds;
+pub mod events;
 pub mod identity;
 mod intern;
 pub mod machine;
@@ -22,6 +24,7 @@ pub mod params;
 pub mod registry;
 mod service;
 pub mod status;
+pub mod summary;
 pub mod types;
 pub mod wire;
 
@@ -34,6 +37,7 @@ use vxds_envoy::pb::envoy::service::status::v3::client_status_discovery_service_
 use vxds_store::Index;
 
 pub use connections::{ConnectionClosing, ConnectionConfig};
+pub use events::{ClientEvent, ClientEvents};
 pub use identity::{PeerIdentity, PeerInfo};
 pub use machine::{DEFAULT_HEARTBEAT_FRACTION, MachineConfig};
 pub use metrics::XdsMetrics;

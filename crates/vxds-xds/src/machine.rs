@@ -220,10 +220,20 @@ impl StreamMachine {
 
     /// What the stream subscribes to, per type.
     pub fn interest(&self) -> BTreeMap<String, Interest> {
-        self.types
+        let mut interest: BTreeMap<String, Interest> = self
+            .types
             .iter()
             .map(|(t, s)| (t.clone(), s.interest()))
-            .collect()
+            .collect();
+        // List collections watch their members (and stored collections) in other types.
+        for state in self.types.values() {
+            for (type_url, extra) in state.list_interest() {
+                let into = interest.entry(type_url).or_default();
+                into.names.extend(extra.names);
+                into.collections.extend(extra.collections);
+            }
+        }
+        interest
     }
 
     /// Remembers the node from the first request that carries one. Later requests may carry
@@ -299,10 +309,13 @@ impl StreamMachine {
                 )));
             }
             let params = self.default_params(type_url);
-            self.types.insert(
-                type_url.to_owned(),
-                Box::new(TypeState::new(type_url.to_owned(), params)),
-            );
+            let mut state = TypeState::new(type_url.to_owned(), params);
+            state.inline_lists = self.node.as_ref().is_some_and(|n| {
+                n.client_features
+                    .iter()
+                    .any(|f| f == vxds_envoy::collections::INLINE_ENTRIES_FEATURE)
+            });
+            self.types.insert(type_url.to_owned(), Box::new(state));
         }
         Ok(self.types.get_mut(type_url).expect("just inserted"))
     }
@@ -483,6 +496,9 @@ impl StreamMachine {
             if let Some(ty) = self.types.get_mut(&key.type_url) {
                 ty.resource_changed(&key.name);
             }
+            for ty in self.types.values_mut() {
+                ty.list_member_changed(key);
+            }
         }
     }
 
@@ -623,6 +639,7 @@ impl StreamMachine {
         let entry = type_entry(&mut status, type_url);
         if subscriptions {
             entry.subscriptions = ty.describe_subscriptions();
+            entry.summary = ty.summary_subscriptions();
             entry.params = ty.default_params.clone();
         }
         if let Some(sources) = sources {
@@ -690,13 +707,23 @@ fn record_ack(
     }
 }
 
+/// Longest NACK text kept: it is copied into the stream's status, CSDS and client events, and
+/// a client may send megabytes of it.
+const MAX_ERROR_TEXT: usize = 4096;
+
 fn error_message(error: &Option<vxds_envoy::pb::google::rpc::Status>) -> Option<String> {
     error.as_ref().map(|e| {
         if e.message.is_empty() {
-            format!("code {}", e.code)
-        } else {
-            e.message.clone()
+            return format!("code {}", e.code);
         }
+        if e.message.len() <= MAX_ERROR_TEXT {
+            return e.message.clone();
+        }
+        let mut end = MAX_ERROR_TEXT;
+        while !e.message.is_char_boundary(end) {
+            end -= 1;
+        }
+        format!("{}… ({} bytes)", &e.message[..end], e.message.len())
     })
 }
 
@@ -719,4 +746,26 @@ fn user_agent(node: &Node) -> String {
 /// The type URL of a per-type service, or the one a request names.
 pub fn known_types() -> &'static [&'static str] {
     &types::PUSH_ORDER
+}
+
+#[cfg(test)]
+mod error_text_tests {
+    use super::*;
+
+    #[test]
+    fn nack_text_is_kept_within_bounds() {
+        let status = |message: String| {
+            Some(vxds_envoy::pb::google::rpc::Status {
+                code: 3,
+                message,
+                details: vec![],
+            })
+        };
+        assert_eq!(error_message(&status(String::new())).unwrap(), "code 3");
+        assert_eq!(error_message(&status("bad".into())).unwrap(), "bad");
+        let long = "é".repeat(5000);
+        let kept = error_message(&status(long)).unwrap();
+        assert!(kept.len() < MAX_ERROR_TEXT + 32, "{}", kept.len());
+        assert!(kept.ends_with("… (10000 bytes)"));
+    }
 }

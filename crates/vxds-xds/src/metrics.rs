@@ -22,8 +22,8 @@ pub struct TypeLabels {
 
 #[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
 pub struct ClosedLabels {
-    /// `client` (it closed), `keepalive` (a ping went unanswered), `error` (a reset, a
-    /// protocol error), `max_age`, `drain`.
+    /// `client` (it closed), `keepalive` (a ping went unanswered), `silent` (it sent nothing),
+    /// `error` (a reset, a protocol error), `max_age`, `drain`.
     pub reason: &'static str,
 }
 
@@ -40,6 +40,8 @@ pub struct XdsMetrics {
     pub responses: Family<TypeLabels, Counter>,
     pub acks: Family<TypeLabels, Counter>,
     pub nacks: Family<TypeLabels, Counter>,
+    /// Heartbeat responses (TTL'd resources kept alive), by type.
+    pub heartbeats: Family<TypeLabels, Counter>,
     /// Seconds from a revision's commit to a response carrying it.
     pub push_latency: Histogram,
 }
@@ -55,6 +57,7 @@ impl XdsMetrics {
             responses: Family::default(),
             acks: Family::default(),
             nacks: Family::default(),
+            heartbeats: Family::default(),
             push_latency: Histogram::new(exponential_buckets(0.001, 2.0, 16)),
         };
         registry.register(
@@ -64,13 +67,18 @@ impl XdsMetrics {
         );
         registry.register(
             "vxds_xds_connections_closed",
-            "xDS connections closed, by reason: client, keepalive, error, max_age, drain",
+            "xDS connections closed, by reason: client, keepalive, silent, error, max_age, drain",
             metrics.connections_closed.clone(),
         );
         registry.register(
             "vxds_xds_draining",
             "1 while the xDS server drains its connections before exiting",
             metrics.draining.clone(),
+        );
+        registry.register(
+            "vxds_xds_heartbeats",
+            "Heartbeat responses that keep clients' TTL'd resources alive, by type",
+            metrics.heartbeats.clone(),
         );
         registry.register(
             "vxds_xds_rate_limited_streams",

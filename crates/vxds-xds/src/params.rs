@@ -1,6 +1,7 @@
 //! A subscriber's dynamic parameters, from the first source that has them (TP2, A67):
 //! a resource locator's own parameters; else `node.dynamic_parameters[type_url]` (what Envoy
-//! sends from its bootstrap); else the node metadata fields the server is told to read
+//! sends from its bootstrap; for a list collection type `<T>Collection` without its own, those
+//! of `<T>`); else the node metadata fields the server is told to read
 //! (`--node-metadata-params`; string values only), the migration path TP2 describes.
 //! Trusted parameters (from the client's certificate) then override all of them.
 
@@ -45,7 +46,15 @@ pub fn node_params_from(
     let Some(node) = node else {
         return (ParamSet::new(), ParamSource::DynamicParameters);
     };
-    if let Some(context) = node.dynamic_parameters.get(type_url) {
+    // A list collection's members are resolved as the members' own type would be: a node
+    // that gives parameters for listeners gets the same listeners in a ListenerCollection.
+    let context = node.dynamic_parameters.get(type_url).or_else(|| {
+        vxds_envoy::collections::member_type(type_url).and_then(|member| {
+            node.dynamic_parameters
+                .get(&format!("type.googleapis.com/{member}"))
+        })
+    });
+    if let Some(context) = context {
         let params = context
             .params
             .iter()

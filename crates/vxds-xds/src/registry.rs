@@ -187,6 +187,8 @@ pub struct Registry {
     published: watch::Sender<Arc<Snapshot>>,
     /// The streams that hold TTL'd resources, for the one heartbeat task.
     pub heartbeats: heartbeats::Heartbeats,
+    /// Clients connecting and leaving, ACKs and NACKs, for `GET /v1/events`.
+    pub events: crate::events::ClientEvents,
 }
 
 /// A stream's place in the registry; dropping it (the stream ended) removes the stream.
@@ -218,6 +220,7 @@ impl Registry {
             next_id: AtomicU64::new(0),
             published: watch::channel(snapshot).0,
             heartbeats: heartbeats::Heartbeats::default(),
+            events: crate::events::ClientEvents::default(),
         }
     }
 
@@ -406,12 +409,17 @@ impl Registry {
         self.len() == 0
     }
 
+    /// Every stream's shared status, in no order.
+    pub(crate) fn statuses(&self) -> Vec<Arc<Mutex<ClientStatus>>> {
+        match self.indexes.lock() {
+            Ok(indexes) => indexes.streams.values().map(|e| e.status.clone()).collect(),
+            Err(_) => Vec::new(),
+        }
+    }
+
     /// Every stream's status, by stream id.
     pub fn clients(&self) -> Vec<ClientStatus> {
-        let statuses: Vec<Arc<Mutex<ClientStatus>>> = match self.indexes.lock() {
-            Ok(indexes) => indexes.streams.values().map(|e| e.status.clone()).collect(),
-            Err(_) => return Vec::new(),
-        };
+        let statuses = self.statuses();
         let mut clients: Vec<ClientStatus> = statuses
             .iter()
             .filter_map(|s| s.lock().ok().map(|s| s.clone()))

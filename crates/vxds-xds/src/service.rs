@@ -24,6 +24,7 @@ use tracing::{debug, warn};
 use vxds_envoy::pb::envoy::service::discovery::v3::{DeltaDiscoveryRequest, DiscoveryRequest};
 
 use crate::connections::ConnectionClosing;
+use crate::events::{Answer, ClientEvent, ClientEvents, Presence};
 use crate::identity::{PeerIdentity, PeerInfo, trusted_params};
 use crate::machine::{MachineConfig, Protocol, RequestOutcome, Response, StreamMachine};
 use crate::metrics::{StreamLabels, TypeLabels, XdsMetrics};
@@ -399,6 +400,25 @@ impl RequestBudget {
     }
 }
 
+/// The client's answers in `outcome`, as events (only built while someone listens).
+fn publish_answers(events: &ClientEvents, machine: &StreamMachine, outcome: &RequestOutcome) {
+    let status = machine.status();
+    let Ok(status) = status.lock() else {
+        return;
+    };
+    let answers =
+        (outcome.acks.iter().map(|t| (t, false))).chain(outcome.nacks.iter().map(|t| (t, true)));
+    for (type_url, nacked) in answers {
+        if let Some(answer) = Answer::of(&status, type_url, nacked) {
+            events.send(if nacked {
+                ClientEvent::Nack(answer)
+            } else {
+                ClientEvent::Ack(answer)
+            });
+        }
+    }
+}
+
 /// Keeps the streams gauge honest however the task ends.
 struct StreamGauge {
     metrics: Arc<XdsMetrics>,
@@ -456,6 +476,8 @@ async fn run_stream<Req, Resp>(
     let mut answers_owed: u64 = 0;
     // The shortest TTL the client holds, as the heartbeat task last heard it.
     let mut ttl_registered = None;
+    // Set at the first request (the node is known then); says goodbye when the task ends.
+    let mut presence: Option<Presence> = None;
 
     loop {
         let responses = tokio::select! {
@@ -474,6 +496,13 @@ async fn run_stream<Req, Resp>(
                 }
                 Ok(Some(request)) => match handle(&mut machine, request) {
                     Ok(outcome) => {
+                        let events = &shared.registry.events;
+                        if presence.is_none() {
+                            presence = Some(Presence::announce(events, machine.status()));
+                        }
+                        if events.is_watched() {
+                            publish_answers(events, &machine, &outcome);
+                        }
                         for type_url in outcome.acks {
                             shared.metrics.acks.get_or_create(&TypeLabels { type_url }).inc();
                         }
@@ -520,7 +549,12 @@ async fn run_stream<Req, Resp>(
                 responses
             }
             () = registration.heartbeat.notified() => {
-                machine.heartbeat(shared.registry.snapshot().revision)
+                let beats = machine.heartbeat(shared.registry.snapshot().revision);
+                for beat in &beats {
+                    let type_url = beat.type_url().to_owned();
+                    shared.metrics.heartbeats.get_or_create(&TypeLabels { type_url }).inc();
+                }
+                beats
             }
             () = out.closed() => break,
             reason = until_closing(&mut connection) => {

@@ -5,7 +5,8 @@ use std::sync::Arc;
 
 use bytes::Bytes;
 use serde::Serialize;
-use vxds_core::ConstraintsId;
+use vxds_core::impact::Subscription;
+use vxds_core::{ConstraintsId, ParamSet};
 
 use crate::machine::Sent;
 
@@ -51,9 +52,23 @@ pub struct TypeStatus {
     pub last_acked: Option<Acked>,
     /// The last response the client refused, and why.
     pub last_nacked: Option<Nacked>,
+    /// The subscriptions by the type (a list collection's may be another) and parameters they
+    /// resolve with, for the client summary: a parameter set is held once per group, not per
+    /// subscription.
+    #[serde(skip)]
+    #[cfg_attr(feature = "openapi", schema(ignore))]
+    pub summary: Vec<SubscriptionGroup>,
     /// What the client holds, as far as the server knows.
     #[cfg_attr(feature = "openapi", schema(value_type = Vec<HeldResource>))]
     pub resources: HeldResources,
+}
+
+/// Subscriptions of one type that resolve with one parameter set.
+#[derive(Clone, Debug, Default, PartialEq, Eq)]
+pub struct SubscriptionGroup {
+    pub type_url: String,
+    pub params: ParamSet,
+    pub subscriptions: Vec<Subscription>,
 }
 
 /// A held resource's identity: its name, and its variant when it was subscribed by locator.

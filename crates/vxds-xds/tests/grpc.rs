@@ -29,6 +29,8 @@ use vxds_xds::{XdsConfig, XdsMetrics, XdsServer};
 // A test crate's root resolves modules beside it, not in a folder named after it.
 #[path = "grpc/connections.rs"]
 mod connections;
+#[path = "grpc/events.rs"]
+mod events;
 #[path = "grpc/protocol.rs"]
 mod protocol;
 

@@ -5,6 +5,7 @@ pub mod apply;
 pub mod dev_certs;
 pub mod diff;
 pub mod export;
+pub mod impact;
 pub mod resolve;
 pub mod rollback;
 pub mod token;

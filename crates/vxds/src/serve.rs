@@ -104,7 +104,8 @@ pub struct ServeArgs {
     /// the interval plus `--xds-keepalive-timeout`. `0s` sends none.
     #[arg(long, env = "VXDS_XDS_KEEPALIVE_INTERVAL", default_value = "30s", value_parser = humantime::parse_duration)]
     pub xds_keepalive_interval: std::time::Duration,
-    /// How long a ping may go unanswered before the connection is closed.
+    /// How long a ping may go unanswered before the connection is closed; also how long a new
+    /// connection may stay silent (no HTTP/2 preface) before it is closed.
     #[arg(long, env = "VXDS_XDS_KEEPALIVE_TIMEOUT", default_value = "10s", value_parser = humantime::parse_duration)]
     pub xds_keepalive_timeout: std::time::Duration,
     /// Close xDS connections this old (±10 % jitter; gRPC's MAX_CONNECTION_AGE) so that load
@@ -124,6 +125,15 @@ pub struct ServeArgs {
     /// Largest xDS response, in bytes; a stream whose state outgrows it fails with a clear error.
     #[arg(long, env = "VXDS_XDS_MAX_RESPONSE_BYTES", default_value_t = 256 << 20)]
     pub xds_max_response_bytes: usize,
+    /// This replica's name in the store's client summaries (impact preview). Default: the
+    /// host name and process id.
+    #[arg(long, env = "VXDS_REPLICA_ID", value_parser = replica_id)]
+    pub replica_id: Option<String>,
+    /// How often this replica publishes the summary of its connected clients to the store,
+    /// so that a dry run on any replica sees the whole fleet's; a summary not renewed within
+    /// three periods no longer counts. `0s`: never publish.
+    #[arg(long, env = "VXDS_CLIENT_SUMMARY_PERIOD", default_value = "5s", value_parser = summary_period)]
+    pub client_summary_period: std::time::Duration,
     #[command(flatten)]
     pub tls: TlsArgs,
 }
@@ -312,6 +322,16 @@ pub async fn run(args: ServeArgs) -> anyhow::Result<ExitCode> {
         ..Default::default()
     };
     let xds = vxds_xds::XdsServer::new(index.clone(), xds_config, xds_metrics);
+    let replica_id = args.replica_id.clone().unwrap_or_else(default_replica_id);
+    let summaries = (!args.client_summary_period.is_zero()).then(|| {
+        tokio::spawn(vxds_admin::impact::publish_summaries(
+            store.clone(),
+            xds.registry(),
+            replica_id.clone(),
+            args.client_summary_period,
+        ))
+    });
+    info!(replica = %replica_id, period = ?args.client_summary_period, "publishing the client summary");
     let state = AdminState::new(
         store.clone(),
         index.clone(),
@@ -321,6 +341,7 @@ pub async fn run(args: ServeArgs) -> anyhow::Result<ExitCode> {
         args.admin_body_limit,
     )
     .with_clients(xds.registry())
+    .with_replica_id(replica_id.clone())
     .with_origin_policy(origins)
     .with_identity_template(template.clone());
     // Set on the signal: `/readyz` turns 503 while xDS drains.
@@ -395,9 +416,46 @@ pub async fn run(args: ServeArgs) -> anyhow::Result<ExitCode> {
     }
 
     info!("shutting down");
+    if let Some(summaries) = summaries {
+        summaries.abort();
+        // Its clients have moved on: other replicas stop counting them now, not at expiry.
+        if let Err(e) = store.withdraw_client_summary(&replica_id).await {
+            tracing::debug!(error = %e, "withdrawing the client summary failed; it expires");
+        }
+    }
     follower.abort();
     store.close().await;
     Ok(ExitCode::SUCCESS)
+}
+
+fn replica_id(text: &str) -> Result<String, String> {
+    if text.is_empty() || text.len() > 200 || text.chars().any(char::is_control) {
+        return Err("a replica id is 1 to 200 printable characters".into());
+    }
+    Ok(text.to_owned())
+}
+
+fn summary_period(text: &str) -> Result<std::time::Duration, String> {
+    let period = humantime::parse_duration(text).map_err(|e| e.to_string())?;
+    if period.is_zero()
+        || (std::time::Duration::from_millis(100)..=std::time::Duration::from_secs(3600))
+            .contains(&period)
+    {
+        Ok(period)
+    } else {
+        Err("the period is 0s (off) or between 100ms and 1h".into())
+    }
+}
+
+/// The host name and process id: unique per process across a fleet.
+fn default_replica_id() -> String {
+    let host = std::fs::read_to_string("/proc/sys/kernel/hostname")
+        .ok()
+        .or_else(|| std::env::var("HOSTNAME").ok())
+        .map(|h| h.trim().to_owned())
+        .filter(|h| !h.is_empty())
+        .unwrap_or_else(|| "vxds".to_owned());
+    format!("{host}-{}", std::process::id())
 }
 
 /// Connections the kernel queues for the xDS listener before it accepts them: a fleet

@@ -13,6 +13,8 @@ use vxds_testkit::{TestDb, on_both_backends};
 // A test crate's root resolves modules beside it, not in a folder named after it.
 #[path = "cli/diff.rs"]
 mod diff;
+#[path = "cli/impact.rs"]
+mod impact;
 #[path = "cli/rollback.rs"]
 mod rollback;
 

@@ -19,12 +19,16 @@
 #![allow(clippy::unwrap_used)] // tests fail loudly on purpose
 
 // A test crate's root resolves modules beside it, not in a folder named after it.
+#[path = "real_clients/collections.rs"]
+mod collections;
 #[path = "real_clients/failover.rs"]
 mod failover;
 #[path = "real_clients/mtls.rs"]
 mod mtls;
 #[path = "real_clients/protocol.rs"]
 mod protocol;
+#[path = "real_clients/ttl.rs"]
+mod ttl;
 
 use std::net::TcpListener;
 use std::path::{Path, PathBuf};

@@ -26,6 +26,19 @@ impl RawJson {
     }
 }
 
+/// Absent: JSON `null`.
+impl Default for RawJson {
+    fn default() -> Self {
+        Self(null())
+    }
+}
+
+impl RawJson {
+    pub fn is_null(&self) -> bool {
+        self.get().trim() == "null"
+    }
+}
+
 impl From<Value> for RawJson {
     fn from(value: Value) -> Self {
         Self::from(&value)

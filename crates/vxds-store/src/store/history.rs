@@ -101,6 +101,7 @@ impl Store {
                         dry_run: options.dry_run,
                         changes: Vec::new(),
                         warnings: Vec::new(),
+                        previews: Vec::new(),
                     },
                 });
             }
@@ -259,6 +260,7 @@ fn operation(
                         constraints: constraints_to_json(v.constraints.constraints()),
                         resource: body.to_json(&ty).into(),
                         ttl: v.ttl.map(|t| format!("{}ms", t.as_millis())),
+                        redirect: None,
                     })
                 })
                 .collect::<Result<_, StoreError>>()?;

@@ -273,7 +273,7 @@ impl Store {
         // large changeset they would hold the whole change a second time.
         let mut revisions: Vec<RevisionChangeList> = Vec::new();
         let mut rows = sqlx::query(
-            "SELECT c.revision, r.created_at_ms, c.type_url, c.name \
+            "SELECT c.revision, r.created_at_ms, c.type_url, c.name, r.author, r.message \
              FROM vxds_revision_changes c JOIN vxds_revisions r ON r.revision = c.revision \
              WHERE c.revision > $1 ORDER BY c.revision, c.type_url, c.name",
         )
@@ -291,6 +291,8 @@ impl Store {
                     revision: n,
                     committed_at_ms: row.try_get(1)?,
                     changed: vec![key],
+                    author: row.try_get(4)?,
+                    message: row.try_get(5)?,
                 }),
             }
         }

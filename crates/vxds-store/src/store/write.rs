@@ -26,7 +26,8 @@ use vxds_envoy::resource::CLUSTER;
 
 use super::{Backend, Store, notify};
 use crate::error::{ApplyError, Conflict, StoreError};
-use crate::model::{Applied, Change, ChangeKind};
+use crate::model::{Applied, Change, ChangeKind, Preview};
+use vxds_core::impact::VariantState;
 
 pub(crate) fn now_ms() -> i64 {
     SystemTime::now()
@@ -171,6 +172,18 @@ impl Store {
             }
             errors.extend(changeset.graph_problems(&edges));
         }
+        let redirect_updates = changeset.redirect_updates();
+        if redirect_updates.values().any(|targets| !targets.is_empty()) {
+            let mut edges = load_redirects(&mut tx).await?;
+            for (key, targets) in redirect_updates {
+                if targets.is_empty() {
+                    edges.remove(&key);
+                } else {
+                    edges.insert(key, targets);
+                }
+            }
+            errors.extend(changeset.redirect_problems(&edges));
+        }
         if !errors.is_empty() {
             errors.sort_by_key(|p| p.operation);
             return Err(ApplyError::Invalid(Invalid { errors, warnings }));
@@ -179,6 +192,11 @@ impl Store {
         let dry_run = changeset.dry_run;
         if changes.is_empty() || dry_run {
             let revision = if changes.is_empty() { head } else { head + 1 };
+            let previews = if dry_run {
+                previews(&mut tx, changeset, &changes).await?
+            } else {
+                Vec::new()
+            };
             tx.rollback().await.map_err(StoreError::from)?;
             return Ok((
                 Applied {
@@ -186,6 +204,7 @@ impl Store {
                     dry_run,
                     changes,
                     warnings,
+                    previews,
                 },
                 false,
             ));
@@ -244,10 +263,64 @@ impl Store {
                 dry_run: false,
                 changes,
                 warnings,
+                previews: Vec::new(),
             },
             true,
         ))
     }
+}
+
+/// Each changed resource's variants now (read under the lock, as the changeset's checks were)
+/// and as the changeset would leave them.
+async fn previews(
+    tx: &mut Transaction<'_, Any>,
+    changeset: &changeset::ValidatedChangeset,
+    changes: &[Change],
+) -> Result<Vec<Preview>, StoreError> {
+    let mut previews = Vec::with_capacity(changes.len());
+    for change in changes {
+        let rows = sqlx::query(
+            "SELECT variant_id, constraints, version FROM vxds_variants \
+             WHERE type_url = $1 AND name = $2 ORDER BY position",
+        )
+        .bind(&change.key.type_url)
+        .bind(&change.key.name)
+        .fetch_all(&mut **tx)
+        .await?;
+        let mut before = Vec::with_capacity(rows.len());
+        for row in rows {
+            let (_, constraints) =
+                super::read::stored_constraints(row.try_get(0)?, row.try_get(1)?)?;
+            before.push(VariantState {
+                constraints,
+                version: row.try_get(2)?,
+            });
+        }
+        // The last operation on a key decides its state.
+        let after = match changeset
+            .operations
+            .iter()
+            .rev()
+            .find(|op| op.key == change.key)
+            .map(|op| &op.action)
+        {
+            Some(Action::Put(resource)) => resource
+                .variants
+                .iter()
+                .map(|v| VariantState {
+                    constraints: v.constraints.clone(),
+                    version: v.version.clone(),
+                })
+                .collect(),
+            Some(Action::Delete) | None => Vec::new(),
+        };
+        previews.push(Preview {
+            key: change.key.clone(),
+            before,
+            after,
+        });
+    }
+    Ok(previews)
 }
 
 fn short_type(type_url: &str) -> &str {
@@ -304,6 +377,34 @@ async fn load_edges(
     Ok(edges)
 }
 
+async fn load_redirects(
+    tx: &mut Transaction<'_, Any>,
+) -> Result<BTreeMap<(String, String), BTreeSet<String>>, StoreError> {
+    let rows = sqlx::query("SELECT type_url, name, target FROM vxds_redirects")
+        .fetch_all(&mut **tx)
+        .await?;
+    let mut edges: BTreeMap<(String, String), BTreeSet<String>> = BTreeMap::new();
+    for row in rows {
+        edges
+            .entry((row.try_get(0)?, row.try_get(1)?))
+            .or_default()
+            .insert(row.try_get(2)?);
+    }
+    Ok(edges)
+}
+
+async fn delete_redirects(
+    tx: &mut Transaction<'_, Any>,
+    key: &ResourceKey,
+) -> Result<(), StoreError> {
+    sqlx::query("DELETE FROM vxds_redirects WHERE type_url = $1 AND name = $2")
+        .bind(&key.type_url)
+        .bind(&key.name)
+        .execute(&mut **tx)
+        .await?;
+    Ok(())
+}
+
 async fn delete_resource(
     tx: &mut Transaction<'_, Any>,
     key: &ResourceKey,
@@ -313,6 +414,7 @@ async fn delete_resource(
         .bind(&key.name)
         .execute(&mut **tx)
         .await?;
+    delete_redirects(tx, key).await?;
     if key.type_url.ends_with(CLUSTER) {
         delete_edges(tx, &key.name).await?;
     }
@@ -422,6 +524,15 @@ async fn put_resource(
         .bind(variant.ttl.map(|t| t.as_millis() as i64))
         .execute(&mut **tx)
         .await?;
+    }
+    delete_redirects(tx, key).await?;
+    for target in &resource.redirects {
+        sqlx::query("INSERT INTO vxds_redirects (type_url, name, target) VALUES ($1, $2, $3)")
+            .bind(&key.type_url)
+            .bind(&key.name)
+            .bind(target)
+            .execute(&mut **tx)
+            .await?;
     }
     if key.type_url.ends_with(CLUSTER) {
         delete_edges(tx, &key.name).await?;

@@ -20,9 +20,11 @@ use vxds_store::{ChangeBatch, ResourceKey, RevisionChangeList, Snapshot, StoredR
 use super::*;
 use crate::types::{ADS, CLUSTER, ENDPOINT, LISTENER, ROUTE, SERVICES};
 
+mod collections;
 mod identity;
 mod removals;
 mod subscriptions;
+mod summary;
 mod ttl;
 
 /// A store in memory: changesets in, snapshots out.
@@ -62,6 +64,7 @@ impl World {
                 revision,
                 committed_at_ms: 1,
                 changed: vec![],
+                ..Default::default()
             }],
             resources: vec![],
             deleted: vec![],

@@ -9,17 +9,20 @@
 //! only runs once the client has acknowledged everything in flight.
 
 mod heartbeat;
+mod lists;
 mod respond;
 
 use std::collections::{BTreeMap, BTreeSet};
 use std::sync::Arc;
 
 use bytes::Bytes;
+use vxds_core::impact::Subscription;
 use vxds_core::xdstp::{SubscriptionName, XdstpUrl};
 use vxds_core::{ConstraintsId, ParamSet};
+use vxds_envoy::collections::ListCollection;
 use vxds_store::{IndexedResource, IndexedVariant, Snapshot};
 
-use crate::status::{HeldKey, HeldResource};
+use crate::status::{HeldKey, HeldResource, SubscriptionGroup};
 use crate::wire::{Naming, Wrapped};
 
 /// What a client tracks. Names are shared (with the index, or with the subscription), since
@@ -211,6 +214,10 @@ pub(crate) struct TypeState {
     /// Locator spellings that differ from their normal form, by normal form (as for `names`).
     locators_by_normal: BTreeMap<Arc<str>, BTreeSet<Arc<str>>>,
     globs: BTreeMap<String, Glob>,
+    /// List collections subscribed to (by name or locator), by normal name.
+    lists: BTreeMap<String, ListCollection>,
+    /// The client takes list collections with inline entries.
+    pub inline_lists: bool,
 
     desired: BTreeMap<ItemKey, Item>,
     /// The desired items of a resource (by normal name), except those keyed by the normal
@@ -279,6 +286,8 @@ impl TypeState {
             locators: BTreeMap::new(),
             locators_by_normal: BTreeMap::new(),
             globs: BTreeMap::new(),
+            lists: BTreeMap::new(),
+            inline_lists: false,
             desired: BTreeMap::new(),
             by_normal: BTreeMap::new(),
             missing: BTreeSet::new(),
@@ -451,7 +460,10 @@ impl TypeState {
                 );
                 self.full_refresh = true;
             }
-            Ok(SubscriptionName::Urn(urn)) => self.add_named(name, urn.to_string(), params),
+            Ok(SubscriptionName::Urn(urn)) => {
+                self.track_list(name);
+                self.add_named(name, urn.to_string(), params)
+            }
             // An opaque name is its own normal form; a malformed xdstp name matches nothing.
             Ok(SubscriptionName::Opaque(_)) | Err(_) => {
                 self.add_named(name, name.to_owned(), params)
@@ -523,6 +535,7 @@ impl TypeState {
                     self.missing.remove(&Missing::Name(name.to_owned()));
                     self.reported_missing
                         .remove(&Missing::Name(name.to_owned()));
+                    self.untrack_list(&normal);
                     self.stale_normals.insert(normal);
                 }
             }
@@ -548,6 +561,7 @@ impl TypeState {
                 let missing = Missing::Locator(spelling, params);
                 self.missing.remove(&missing);
                 self.reported_missing.remove(&missing);
+                self.untrack_list(&normal);
                 self.stale_normals.insert(normal.to_string());
             }
         }
@@ -670,6 +684,87 @@ impl TypeState {
         }
     }
 
+    /// The subscriptions with the type and parameters each resolves with, for the client
+    /// summary (impact preview). What the client would hold twice under one key is listed
+    /// once: a plain name a wildcard or an unconstrained glob also covers, an unconstrained glob
+    /// under a wildcard (they resolve with the same parameters, as one item). A list
+    /// collection stands for the stored collection of its name and for its members (the glob
+    /// it is built from), each under its own type.
+    pub fn summary_subscriptions<'s>(&'s self) -> Vec<SubscriptionGroup> {
+        let wildcard = self.wildcard();
+        let mut out: BTreeSet<(String, &'s ParamSet, Subscription)> = BTreeSet::new();
+        let mut add = |normal: &str, params: &'s ParamSet| match self.lists.get(normal) {
+            Some(list) => {
+                out.insert((
+                    list.collection_type_url.clone(),
+                    params,
+                    Subscription::Name(normal.to_owned()),
+                ));
+                out.insert((
+                    list.member_type_url.clone(),
+                    params,
+                    Subscription::Collection(list.members.to_string()),
+                ));
+            }
+            None => {
+                out.insert((
+                    self.type_url.clone(),
+                    params,
+                    Subscription::Name(normal.to_owned()),
+                ));
+            }
+        };
+        let unconstrained_globs: Vec<&Glob> =
+            self.globs.values().filter(|g| !g.constrained).collect();
+        for normal in self.names.values() {
+            if wildcard && !self.lists.contains_key(normal) {
+                continue;
+            }
+            let in_glob = !unconstrained_globs.is_empty()
+                && vxds_core::xdstp::XdstpUrn::parse(normal)
+                    .is_ok_and(|urn| unconstrained_globs.iter().any(|g| g.url.glob_matches(&urn)));
+            if !in_glob {
+                add(normal, &self.default_params);
+            }
+        }
+        for locators in self.locators.values() {
+            for params in &locators.params {
+                add(&locators.normal, params);
+            }
+        }
+        if wildcard {
+            out.insert((
+                self.type_url.clone(),
+                &self.default_params,
+                Subscription::Wildcard,
+            ));
+        }
+        for glob in self.globs.values() {
+            if !glob.constrained && wildcard {
+                continue;
+            }
+            out.insert((
+                self.type_url.clone(),
+                &glob.params,
+                Subscription::Collection(glob.url.to_string()),
+            ));
+        }
+        let mut groups: Vec<SubscriptionGroup> = Vec::new();
+        for (type_url, params, subscription) in out {
+            match groups.last_mut() {
+                Some(g) if g.type_url == type_url && &g.params == params => {
+                    g.subscriptions.push(subscription)
+                }
+                _ => groups.push(SubscriptionGroup {
+                    type_url,
+                    params: params.clone(),
+                    subscriptions: vec![subscription],
+                }),
+            }
+        }
+        groups
+    }
+
     /// Human-readable subscriptions, for `/v1/clients`.
     pub fn describe_subscriptions(&self) -> Vec<String> {
         let mut out = Vec::new();
@@ -742,7 +837,11 @@ impl TypeState {
     }
 
     fn refresh_resource(&mut self, normal: &str, snapshot: &Snapshot) {
-        let resource = snapshot.get(&self.type_url, normal).cloned();
+        let list = self.lists.get(normal).cloned();
+        let stored_type = list
+            .as_ref()
+            .map_or(self.type_url.as_str(), |l| l.collection_type_url.as_str());
+        let resource = snapshot.get(stored_type, normal).cloned();
         let mut previous = self.by_normal.remove(normal).unwrap_or_default();
         // The index's shared name serves as the lookup key, if the resource still exists.
         let shared = resource
@@ -766,10 +865,14 @@ impl TypeState {
         }
         let mut found: Vec<(ItemKey, Item)> = Vec::new();
         let mut missing: Vec<Missing> = Vec::new();
-        let resolve = |params: &ParamSet| {
-            resource
+        let inline = self.inline_lists;
+        let resolve = |spelling: &str, params: &ParamSet| match &list {
+            None => resource
                 .as_ref()
-                .and_then(|r| r.matcher.resolve(params).map(|i| (r.clone(), i)))
+                .and_then(|r| r.matcher.resolve(params).map(|i| (r.clone(), i))),
+            Some(list) => {
+                lists::resolve_list(list, spelling, resource.as_ref(), params, inline, snapshot)
+            }
         };
         let item = |resource: Arc<IndexedResource>, variant: usize, constrained: bool| Item {
             resource,
@@ -787,7 +890,7 @@ impl TypeState {
         for spelling in spellings {
             let m = Missing::Name(spelling.to_string());
             self.missing.remove(&m);
-            match resolve(&self.default_params) {
+            match resolve(spelling, &self.default_params) {
                 Some((r, v)) => found.push((ItemKey::Name(spelling.clone()), item(r, v, false))),
                 None => missing.push(m),
             }
@@ -797,7 +900,7 @@ impl TypeState {
             .map(|(s, p)| (s.clone(), p.clone()))
             .collect();
         for (spelling, params) in locators {
-            match resolve(&params) {
+            match resolve(&spelling, &params) {
                 Some((r, v)) => {
                     let id = r.variants[v].id;
                     found.push((ItemKey::Variant(spelling.clone(), id), item(r, v, true)));
@@ -811,7 +914,8 @@ impl TypeState {
             }
         }
         if self.wildcard()
-            && let Some((r, v)) = resolve(&self.default_params)
+            && list.is_none()
+            && let Some((r, v)) = resolve(normal, &self.default_params)
         {
             found.push((ItemKey::Name(r.name.clone()), item(r, v, false)));
         }
@@ -822,7 +926,7 @@ impl TypeState {
                 if !glob.url.glob_matches(&urn) {
                     continue;
                 }
-                if let Some((r, v)) = resolve(&glob.params) {
+                if let Some((r, v)) = resolve(normal, &glob.params) {
                     let key = if glob.constrained {
                         ItemKey::Variant(r.name.clone(), r.variants[v].id)
                     } else {

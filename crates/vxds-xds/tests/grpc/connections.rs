@@ -1,7 +1,7 @@
 //! The xDS server's connections over real gRPC: keepalive reaps a client whose peer vanished
 //! without a FIN, connections reach their maximum age and clients reconnect, a drain spreads
 //! its closes and refuses new connections, a client in a tight loop is rate limited while
-//! others are served.
+//! others are served, a connection that says nothing is closed.
 
 use std::time::Instant;
 
@@ -238,4 +238,36 @@ async fn a_client_in_a_tight_loop_is_rate_limited_and_others_are_served() {
         tag(&update.resources[0].resource.as_ref().unwrap().value),
         "after"
     );
+}
+
+/// A peer that connects and says nothing (no HTTP/2 preface, so no pings) is closed after the
+/// keepalive timeout; a client that speaks is not.
+#[tokio::test]
+async fn a_silent_connection_is_closed() {
+    use tokio::io::AsyncReadExt;
+    let db = sqlite().await;
+    let server = Server::start(
+        &db,
+        with_connections(ConnectionConfig {
+            keepalive_timeout: Duration::from_millis(500),
+            ..Default::default()
+        }),
+    )
+    .await;
+    server
+        .apply(json!([put_route("web", &[("*", "v0")])]))
+        .await;
+    let mut silent = tokio::net::TcpStream::connect(server.addr).await.unwrap();
+    let speaking = open(&channel_to(server.addr).await).await;
+    let started = Instant::now();
+    // The server's own SETTINGS arrive first; then the end of the connection.
+    let mut sink = Vec::new();
+    let _ = tokio::time::timeout(WAIT, silent.read_to_end(&mut sink))
+        .await
+        .expect("the silent connection is closed");
+    assert!(started.elapsed() >= Duration::from_millis(400));
+    // The speaking client's stream lives on.
+    tokio::time::sleep(Duration::from_millis(600)).await;
+    assert_eq!(server.xds.registry().clients().len(), 1);
+    drop(speaking);
 }

@@ -23,7 +23,8 @@ pub struct ApplyArgs {
     files: Vec<PathBuf>,
     #[command(flatten)]
     target: TargetArgs,
-    /// Validate and report, commit nothing.
+    /// Validate and report, commit nothing; shows which connected clients (of every replica)
+    /// each change would move to another variant, update, lose or give the resource.
     #[arg(long)]
     dry_run: bool,
     /// Also delete every resource the fixtures do not mention (declarative sync).
@@ -129,6 +130,9 @@ fn print_result(body: &serde_json::Value, fixtures: &fixtures::Fixtures) {
             changed.len()
         ));
         text.push_str(&super::change_table(&changed));
+    }
+    if body["impact"].is_object() {
+        text.push_str(&super::impact::table(&body["impact"]));
     }
     super::out(&text);
     for warning in body["warnings"].as_array().into_iter().flatten() {

@@ -55,6 +55,9 @@ async fn rollback(args: &RollbackArgs, target: &Target) -> anyhow::Result<ExitCo
                 .unwrap_or_default();
             let mut text = format!("{}\n", reply.body["summary"].as_str().unwrap_or_default());
             text.push_str(&super::change_table(&changed));
+            if reply.body["impact"].is_object() {
+                text.push_str(&super::impact::table(&reply.body["impact"]));
+            }
             super::out(&text);
             for warning in reply.body["warnings"].as_array().into_iter().flatten() {
                 eprintln!("{}", super::format_item("warning", warning, &locate));

@@ -43,10 +43,17 @@ pub fn run(command: TokenCommand) -> anyhow::Result<ExitCode> {
 }
 
 fn create(args: CreateArgs) -> anyhow::Result<ExitCode> {
-    let mut secret = [0u8; 32];
-    getrandom::fill(&mut secret)
-        .map_err(|e| anyhow::anyhow!("reading the operating system's random numbers: {e}"))?;
-    let token = URL_SAFE_NO_PAD.encode(secret);
+    // A token that starts with `-` reads as a flag in `--token $TOKEN` (one in 64 would): such
+    // a draw is thrown away, which costs under one bit of the 256.
+    let token = loop {
+        let mut secret = [0u8; 32];
+        getrandom::fill(&mut secret)
+            .map_err(|e| anyhow::anyhow!("reading the operating system's random numbers: {e}"))?;
+        let token = URL_SAFE_NO_PAD.encode(secret);
+        if !token.starts_with('-') {
+            break token;
+        }
+    };
     let scope = match args.scope {
         TokenScope::Read => "read",
         TokenScope::Write => "write",

@@ -436,9 +436,10 @@ impl TypeState {
 }
 
 /// A SotW entry: wrapped in `Resource` when named with constraints, when it carries a TTL,
-/// or when the client asks for every resource wrapped; bare otherwise.
+/// when it is a redirect (TP1: a `ResourceLocator` in a `Resource`), or when the client asks
+/// for every resource wrapped; bare otherwise.
 pub(super) fn sotw_entry(key: &ItemKey, item: &Item, wrap_all: bool) -> SotwEntry {
-    if item.constrained || wrap_all || item.ttl().is_some() {
+    if item.constrained || wrap_all || item.ttl().is_some() || item.variant().redirect {
         SotwEntry::Wrapped(item.wrapped(key.name()))
     } else {
         SotwEntry::Bare(item.variant().body.clone())

@@ -1,0 +1,544 @@
+//! Issue 12, items 4 and 5 over real HTTP: `GET /v1/events` (revisions with author, message
+//! and changed names; resuming with `Last-Event-ID`; client events and `lagged`; keep-alive;
+//! read scope), the coverage grid, and the console's files.
+
+use std::sync::Arc;
+use std::time::Duration;
+
+use prometheus_client::registry::Registry;
+use vxds_admin::{AdminMetrics, AdminState};
+use vxds_store::index;
+use vxds_testkit::{Db, with_db};
+use vxds_xds::ClientEvent;
+use vxds_xds::events::{Answer, StreamInfo};
+
+use super::*;
+
+on_both_backends!(
+    revisions_stream_live_and_resume_after_last_event_id,
+    a_resume_beyond_the_index_memory_reads_the_store,
+    coverage_grid_of_a_stored_resource,
+);
+
+const WAIT: Duration = Duration::from_secs(20);
+
+/// One parsed Server-Sent Event (`event`, `id`, `data`), or a keep-alive comment.
+#[derive(Debug)]
+pub(crate) enum Sse {
+    Event {
+        name: String,
+        id: Option<String>,
+        data: Value,
+    },
+    Comment,
+}
+
+/// Reads a `text/event-stream` response event by event.
+pub(crate) struct SseReader {
+    response: reqwest::Response,
+    buffer: String,
+}
+
+impl SseReader {
+    pub(crate) async fn open(base: &str, token: Option<&str>, last_event_id: Option<&str>) -> Self {
+        let mut request = reqwest::Client::new().get(format!("{base}/v1/events"));
+        if let Some(token) = token {
+            request = request.bearer_auth(token);
+        }
+        if let Some(id) = last_event_id {
+            request = request.header("last-event-id", id);
+        }
+        let response = request.send().await.unwrap();
+        assert_eq!(response.status(), StatusCode::OK);
+        assert_eq!(response.headers()["content-type"], "text/event-stream");
+        Self {
+            response,
+            buffer: String::new(),
+        }
+    }
+
+    /// The next event or comment.
+    pub(crate) async fn next(&mut self) -> Sse {
+        loop {
+            if let Some(end) = self.buffer.find("\n\n") {
+                let block: String = self.buffer.drain(..end + 2).collect();
+                let (mut name, mut id, mut data) = (None, None, String::new());
+                let mut comment = false;
+                for line in block.lines() {
+                    if line.starts_with(':') {
+                        comment = true;
+                    } else if let Some(v) = line.strip_prefix("event:") {
+                        name = Some(v.trim_start().to_owned());
+                    } else if let Some(v) = line.strip_prefix("id:") {
+                        id = Some(v.trim_start().to_owned());
+                    } else if let Some(v) = line.strip_prefix("data:") {
+                        data.push_str(v.strip_prefix(' ').unwrap_or(v));
+                    }
+                }
+                match name {
+                    Some(name) => {
+                        return Sse::Event {
+                            name,
+                            id,
+                            data: serde_json::from_str(&data).unwrap_or(Value::Null),
+                        };
+                    }
+                    None if comment => return Sse::Comment,
+                    None => continue,
+                }
+            }
+            let chunk = tokio::time::timeout(WAIT, self.response.chunk())
+                .await
+                .expect("no event within the wait")
+                .unwrap()
+                .expect("the event stream ended");
+            self.buffer.push_str(&String::from_utf8_lossy(&chunk));
+        }
+    }
+
+    /// The next event, skipping keep-alive comments: (name, id, data).
+    pub(crate) async fn event(&mut self) -> (String, Option<String>, Value) {
+        loop {
+            if let Sse::Event { name, id, data } = self.next().await {
+                return (name, id, data);
+            }
+        }
+    }
+}
+
+/// Revisions arrive live with author, message and changed names; a reader that resumes with
+/// `Last-Event-ID` gets every revision after it, then `hello`; a bad id is 400 naming the
+/// header; an id ahead of the head is a `reset`. Read scope: no token is 401.
+async fn revisions_stream_live_and_resume_after_last_event_id(db: TestDb) {
+    let tokens = Tokens::parse(&format!("write {WRITE_TOKEN} alice\nread {READ_TOKEN}\n")).unwrap();
+    let api = serve(&db, tokens, DEFAULT_BODY_LIMIT).await;
+
+    let anonymous = api.get("/v1/events").await;
+    assert_problem(&anonymous, 401);
+
+    let mut live = SseReader::open(&api.base, Some(READ_TOKEN), None).await;
+    let (name, id, data) = live.event().await;
+    assert_eq!(
+        (name.as_str(), id.as_deref()),
+        ("hello", Some("0")),
+        "{data}"
+    );
+    assert_eq!(data["revision"], 0);
+    assert_eq!(data["clients"], false);
+
+    let write = |path: String, message: &str| {
+        let body = json!({"message": message, "operations": [
+            {"op": "put", "type": "route", "name": path, "variants": [{"resource": route(&path, "x")}]},
+            {"op": "put", "type": "route", "name": format!("{path}-2"), "variants": [{"resource": route(&format!("{path}-2"), "y")}]},
+        ]});
+        let api = &api;
+        async move {
+            let reply = api
+                .call(
+                    Method::POST,
+                    "/v1/changesets",
+                    Some(("application/json", body.to_string())),
+                    &[("authorization", &format!("Bearer {WRITE_TOKEN}"))],
+                )
+                .await;
+            assert_eq!(reply.status, StatusCode::OK, "{}", reply.text);
+        }
+    };
+    for n in 1..=3 {
+        write(format!("web{n}"), &format!("change {n}")).await;
+    }
+    for n in 1..=3u64 {
+        let (name, id, data) = live.event().await;
+        assert_eq!(name, "revision", "{data}");
+        assert_eq!(id, Some(n.to_string()));
+        assert_eq!(data["revision"], n);
+        assert_eq!(data["author"], "alice");
+        assert_eq!(data["message"], format!("change {n}"));
+        assert_eq!(
+            data["changed"],
+            json!([
+                {"type_url": ROUTE, "type": "route", "name": format!("web{n}")},
+                {"type_url": ROUTE, "type": "route", "name": format!("web{n}-2")},
+            ])
+        );
+        assert!(data["committed_at"].as_str().unwrap().ends_with('Z'));
+    }
+
+    // Resume after revision 1: 2 and 3 again, then hello at 3, then live.
+    let mut resumed = SseReader::open(&api.base, Some(READ_TOKEN), Some("1")).await;
+    for n in 2..=3u64 {
+        let (name, id, data) = resumed.event().await;
+        assert_eq!((name.as_str(), id), ("revision", Some(n.to_string())));
+        assert_eq!(data["message"], format!("change {n}"));
+    }
+    let (name, id, _) = resumed.event().await;
+    assert_eq!((name.as_str(), id.as_deref()), ("hello", Some("3")));
+    write("web4".into(), "change 4").await;
+    for reader in [&mut live, &mut resumed] {
+        let (name, id, _) = reader.event().await;
+        assert_eq!((name.as_str(), id.as_deref()), ("revision", Some("4")));
+    }
+
+    // A reader a revision ahead of the index (it resumes from what its own write returned, or
+    // another replica served it) waits for the index to get there: no reset.
+    let mut soon = SseReader::open(&api.base, Some(READ_TOKEN), Some("5")).await;
+    write("web5".into(), "change 5").await;
+    let (name, id, _) = soon.event().await;
+    assert_eq!((name.as_str(), id.as_deref()), ("hello", Some("5")));
+
+    // A reader ahead of the head (a restored database) is told, and continues from the head.
+    let mut ahead = SseReader::open(&api.base, Some(READ_TOKEN), Some("99")).await;
+    let (name, id, data) = ahead.event().await;
+    assert_eq!((name.as_str(), &data), ("reset", &json!({"revision": 5})));
+    assert_eq!(id.as_deref(), Some("5"));
+    let (name, id, _) = ahead.event().await;
+    assert_eq!((name.as_str(), id.as_deref()), ("hello", Some("5")));
+
+    let bad = api
+        .call(
+            Method::GET,
+            "/v1/events",
+            None,
+            &[
+                ("authorization", &format!("Bearer {READ_TOKEN}")),
+                ("last-event-id", "seven"),
+            ],
+        )
+        .await;
+    assert_problem(&bad, 400);
+    assert!(bad.text.contains("last-event-id"), "{}", bad.text);
+}
+
+/// A reader resuming from further back than the index remembers gets the older revisions
+/// from the store's history, then the rest from the index, each once and in order; a store
+/// that cannot answer is reported as `lagged` and the stream goes on from the index.
+async fn a_resume_beyond_the_index_memory_reads_the_store(db: TestDb) {
+    let store = db.store().await;
+    for n in 1..=4 {
+        let request: vxds_envoy::changeset::ChangesetRequest = serde_json::from_value(json!({
+            "message": format!("change {n}"),
+            "operations": [{"op": "put", "type": "route", "name": format!("r{n}"),
+                            "variants": [{"resource": route(&format!("r{n}"), "x")}]}],
+        }))
+        .unwrap();
+        store.apply(request, Some("bob".into())).await.unwrap();
+    }
+    // An index that remembers only revisions 3 and 4 (a long-running server's, after many).
+    let mut batch = store.changes_since(0).await.unwrap();
+    batch.revisions.retain(|r| r.revision >= 3);
+    let index = vxds_store::Index::fixed(vxds_store::Snapshot::default().apply(batch));
+    assert_eq!(index.snapshot().revisions_since(0).count(), 2);
+    let mut metrics_registry = Registry::default();
+    let metrics = Arc::new(AdminMetrics::register(&mut metrics_registry));
+    let state = AdminState::new(
+        store.clone(),
+        index,
+        Tokens::none(),
+        metrics,
+        Arc::new(metrics_registry),
+        DEFAULT_BODY_LIMIT,
+    );
+    let (base, server) = serve_state(state).await;
+    let mut reader = SseReader::open(&base, None, Some("0")).await;
+    for n in 1..=4u64 {
+        let (name, id, data) = reader.event().await;
+        assert_eq!(
+            (name.as_str(), id),
+            ("revision", Some(n.to_string())),
+            "{data}"
+        );
+        assert_eq!(data["message"], format!("change {n}"));
+        assert_eq!(data["author"], "bob");
+        assert_eq!(data["changed"][0]["name"], format!("r{n}"));
+    }
+    let (name, id, _) = reader.event().await;
+    assert_eq!((name.as_str(), id.as_deref()), ("hello", Some("4")));
+    // From revision 1: only 2 comes from the store.
+    let mut reader = SseReader::open(&base, None, Some("1")).await;
+    for n in 2..=4u64 {
+        let (_, id, _) = reader.event().await;
+        assert_eq!(id, Some(n.to_string()));
+    }
+    server.abort();
+}
+
+/// The grid of a stored resource: keys, values with other and absent, each cell's variant,
+/// uncovered cells; 404 for a missing resource.
+async fn coverage_grid_of_a_stored_resource(db: TestDb) {
+    let api = serve(&db, Tokens::none(), DEFAULT_BODY_LIMIT).await;
+    let body = variants(
+        "web",
+        &[
+            (r#"env = "prod" && version = "v1""#, "a"),
+            (r#"env = "prod" && version != "v1""#, "b"),
+            (r#"env = "test" && exists(version)"#, "c"),
+        ],
+    );
+    let created = api
+        .send_json(Method::PUT, "/v1/resources/route/web", body)
+        .await;
+    assert_eq!(created.status, StatusCode::CREATED, "{}", created.text);
+    let grid = api.get("/v1/resources/route/web/coverage").await;
+    assert_eq!(grid.status, StatusCode::OK, "{}", grid.text);
+    let g = &grid.body;
+    assert_eq!(g["name"], "web");
+    assert_eq!(g["version"], created.body["changed"][0]["version"]);
+    assert_eq!(g["variants"].as_array().unwrap().len(), 3);
+    assert_eq!(g["keys"][0]["key"], "env");
+    assert_eq!(
+        g["keys"][0]["values"],
+        json!([
+            {"kind": "value", "value": "prod"},
+            {"kind": "value", "value": "test"},
+            {"kind": "other"},
+            {"kind": "absent"}
+        ])
+    );
+    let cells = g["cells"].as_array().unwrap();
+    assert_eq!(cells.len(), 12);
+    assert_eq!(cells[0]["classes"], json!([0, 0]));
+    assert_eq!(cells[0]["example"], json!({"env": "prod", "version": "v1"}));
+    assert_eq!(cells[0]["variant"], 0);
+    assert_eq!(cells[5]["variant"], Value::Null); // test, absent
+    assert_eq!(g["uncovered"], 7);
+    // Each cell's example resolves to the cell's variant.
+    for cell in cells {
+        let answer = api
+            .send_json(
+                Method::POST,
+                "/v1/resolve",
+                json!({"type": "route", "name": "web", "params": cell["example"]}),
+            )
+            .await;
+        let id = &answer.body["variant"]["id"];
+        let expected = cell["variant"]
+            .as_u64()
+            .map(|i| g["variants"][i as usize]["id"].clone())
+            .unwrap_or(Value::Null);
+        assert_eq!(id, &expected, "{cell}");
+    }
+    let missing = api.get("/v1/resources/route/nothing/coverage").await;
+    assert_problem(&missing, 404);
+}
+
+/// The admin API with an xDS registry's client events, and keep-alive every `keep_alive`.
+async fn serve_with_clients(
+    db: &TestDb,
+    keep_alive: Duration,
+) -> (
+    String,
+    Arc<vxds_xds::Registry>,
+    Vec<tokio::task::JoinHandle<()>>,
+) {
+    let _ = rustls::crypto::ring::default_provider().install_default();
+    let store = db.store().await;
+    let (index, follower) = index::start(store.clone()).await.unwrap();
+    let registry = Arc::new(vxds_xds::Registry::new(index.snapshot()));
+    let mut metrics_registry = Registry::default();
+    let metrics = Arc::new(AdminMetrics::register(&mut metrics_registry));
+    let state = AdminState::new(
+        store,
+        index,
+        Tokens::none(),
+        metrics,
+        Arc::new(metrics_registry),
+        DEFAULT_BODY_LIMIT,
+    )
+    .with_clients(registry.clone())
+    .with_events_keep_alive(keep_alive);
+    let (base, server) = serve_state(state).await;
+    (base, registry, vec![server, follower])
+}
+
+async fn serve_state(state: AdminState) -> (String, tokio::task::JoinHandle<()>) {
+    let _ = rustls::crypto::ring::default_provider().install_default();
+    let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
+    let base = format!("http://{}", listener.local_addr().unwrap());
+    let app = vxds_admin::router(state);
+    let server = tokio::spawn(async move {
+        axum::serve(listener, app).await.unwrap();
+    });
+    (base, server)
+}
+
+/// Event streams end when the server starts draining, so that shutdown does not wait for them.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn event_streams_end_when_the_server_drains() {
+    with_db(Db::Sqlite, |db| async move {
+        let store = db.store().await;
+        let (index, follower) = index::start(store.clone()).await.unwrap();
+        let mut metrics_registry = Registry::default();
+        let metrics = Arc::new(AdminMetrics::register(&mut metrics_registry));
+        let (drain, draining) = tokio::sync::watch::channel(false);
+        let state = AdminState::new(
+            store,
+            index,
+            Tokens::none(),
+            metrics,
+            Arc::new(metrics_registry),
+            DEFAULT_BODY_LIMIT,
+        )
+        .with_drain_signal(draining);
+        let (base, server) = serve_state(state).await;
+        let mut reader = SseReader::open(&base, None, None).await;
+        assert_eq!(reader.event().await.0, "hello");
+        drain.send_replace(true);
+        let end = tokio::time::timeout(WAIT, reader.response.chunk())
+            .await
+            .expect("the stream ended in time")
+            .unwrap();
+        assert!(end.is_none(), "{end:?}");
+        server.abort();
+        follower.abort();
+    })
+    .await;
+}
+
+/// Client events are forwarded with their data; a reader that cannot keep up loses the oldest
+/// and is told how many (`lagged`), and every event is either received or counted as missed.
+/// One thread: while the test sends, the reader's task cannot run, so it must fall behind.
+#[tokio::test(flavor = "current_thread")]
+async fn client_events_and_lagged_readers() {
+    with_db(Db::Sqlite, |db| async move {
+        let (base, registry, tasks) = serve_with_clients(&db, Duration::from_secs(60)).await;
+        let mut reader = SseReader::open(&base, None, None).await;
+        let (name, _, data) = reader.event().await;
+        assert_eq!((name.as_str(), &data["clients"]), ("hello", &json!(true)));
+
+        let events = &registry.events;
+        events.send(ClientEvent::ClientConnected(StreamInfo {
+            stream_id: 7,
+            node_id: "envoy-a".into(),
+            service: "ads",
+            protocol: "delta",
+            ..StreamInfo::default()
+        }));
+        events.send(ClientEvent::Nack(Answer {
+            stream_id: 7,
+            node_id: "envoy-a".into(),
+            type_url: ROUTE.into(),
+            version: "v2".into(),
+            nonce: "3".into(),
+            message: Some("route refused: unknown cluster".into()),
+            at: "2026-11-23T00:00:00Z".into(),
+        }));
+        let (name, _, data) = reader.event().await;
+        assert_eq!(name, "client_connected");
+        assert_eq!(
+            (&data["node_id"], &data["protocol"], &data["stream_id"]),
+            (&json!("envoy-a"), &json!("delta"), &json!(7))
+        );
+        let (name, _, data) = reader.event().await;
+        assert_eq!(name, "nack");
+        assert_eq!(data["message"], "route refused: unknown cluster");
+        assert_eq!(data["type_url"], ROUTE);
+
+        // Far more than the channel keeps, without yielding: the reader must lag.
+        let sent = 5 * vxds_xds::events::CAPACITY as u64;
+        for stream_id in 0..sent {
+            events.send(ClientEvent::Ack(Answer {
+                stream_id,
+                ..Answer::default()
+            }));
+        }
+        events.send(ClientEvent::ClientDisconnected(StreamInfo {
+            stream_id: u64::MAX,
+            ..StreamInfo::default()
+        }));
+        let (mut acks, mut missed, mut lagged_events) = (0u64, 0u64, 0);
+        loop {
+            let (name, _, data) = reader.event().await;
+            match name.as_str() {
+                "ack" => acks += 1,
+                "lagged" => {
+                    lagged_events += 1;
+                    missed += data["missed"].as_u64().unwrap();
+                }
+                "client_disconnected" => break,
+                other => panic!("unexpected {other}: {data}"),
+            }
+        }
+        assert!(lagged_events >= 1 && missed > 0, "{missed}");
+        assert_eq!(acks + missed, sent);
+        drop(reader);
+        tasks.iter().for_each(|t| t.abort());
+    })
+    .await;
+}
+
+/// An idle stream gets keep-alive comments.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn idle_streams_get_keep_alive_comments() {
+    with_db(Db::Sqlite, |db| async move {
+        let (base, _registry, tasks) = serve_with_clients(&db, Duration::from_millis(100)).await;
+        let mut reader = SseReader::open(&base, None, None).await;
+        let (name, _, _) = reader.event().await;
+        assert_eq!(name, "hello");
+        for _ in 0..2 {
+            assert!(matches!(reader.next().await, Sse::Comment));
+        }
+        tasks.iter().for_each(|t| t.abort());
+    })
+    .await;
+}
+
+/// The console's page, script and style are served without a token, with a CSP that allows
+/// only them and forbids framing; `/ui` redirects to `/ui/`; the API behind it still needs one.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn the_console_is_served_with_its_headers() {
+    with_db(Db::Sqlite, |db| async move {
+        let tokens = Tokens::parse(&format!("read {READ_TOKEN}\n")).unwrap();
+        let api = serve(&db, tokens, DEFAULT_BODY_LIMIT).await;
+        let http = reqwest::Client::builder()
+            .redirect(reqwest::redirect::Policy::none())
+            .build()
+            .unwrap();
+        let redirect = http.get(format!("{}/ui", api.base)).send().await.unwrap();
+        assert_eq!(redirect.status(), StatusCode::PERMANENT_REDIRECT);
+        assert_eq!(redirect.headers()["location"], "/ui/");
+        for (path, content_type, marker) in [
+            ("/ui/", "text/html; charset=utf-8", "console.js"),
+            (
+                "/ui/console.js",
+                "text/javascript; charset=utf-8",
+                "/v1/events",
+            ),
+            (
+                "/ui/console.css",
+                "text/css; charset=utf-8",
+                "td.cell.uncovered",
+            ),
+        ] {
+            let reply = api.get(path).await;
+            assert_eq!(reply.status, StatusCode::OK, "{path}");
+            assert_eq!(reply.headers["content-type"], content_type, "{path}");
+            let csp = reply.headers["content-security-policy"].to_str().unwrap();
+            assert!(
+                csp.contains("script-src 'self'") && csp.contains("frame-ancestors 'none'"),
+                "{csp}"
+            );
+            assert_eq!(reply.headers["x-frame-options"], "DENY");
+            assert!(reply.text.contains(marker), "{path}");
+        }
+        assert_problem(&api.get("/v1/resources").await, 401);
+        assert_problem(&api.get("/ui/nothing-here").await, 404);
+        // A misdirected Host is still refused for the API.
+        let misdirected = api
+            .call(
+                Method::GET,
+                "/v1/resources",
+                None,
+                &[
+                    ("host", "evil.example"),
+                    ("authorization", &format!("Bearer {READ_TOKEN}")),
+                ],
+            )
+            .await;
+        assert_problem(&misdirected, 421);
+        let rebound = api
+            .call(Method::GET, "/ui/", None, &[("host", "evil.example")])
+            .await;
+        assert_problem(&rebound, 421);
+    })
+    .await;
+}

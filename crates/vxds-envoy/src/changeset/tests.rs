@@ -1,0 +1,575 @@
+//! The changeset model and its validation, rule by rule.
+
+use super::*;
+use serde_json::json;
+
+fn route(name: &str) -> Value {
+    json!({"@type": "type.googleapis.com/envoy.config.route.v3.RouteConfiguration", "name": name})
+}
+
+fn put(ty: &str, name: &str, variants: Vec<(Value, Value)>) -> OperationRequest {
+    OperationRequest::Put(PutRequest {
+        resource_type: ty.into(),
+        name: name.into(),
+        expected_version: None,
+        must_not_exist: false,
+        variants: variants
+            .into_iter()
+            .map(|(constraints, resource)| VariantRequest {
+                constraints,
+                resource: resource.into(),
+                ttl: None,
+                redirect: None,
+            })
+            .collect(),
+    })
+}
+
+fn run(ops: Vec<OperationRequest>) -> Result<Validated, Invalid> {
+    validate(
+        &ChangesetRequest {
+            operations: ops,
+            ..Default::default()
+        },
+        &ValidationConfig::default(),
+    )
+}
+
+fn problems(ops: Vec<OperationRequest>) -> Vec<(String, String)> {
+    run(ops)
+        .unwrap_err()
+        .errors
+        .into_iter()
+        .map(|p| (p.pointer.to_string(), p.code))
+        .collect()
+}
+
+#[test]
+fn accepts_variants_in_text_json_and_null() {
+    let ok = run(vec![put(
+        "route",
+        "r",
+        vec![
+            (json!(r#"env = "prod""#), route("r")),
+            (
+                json!({"constraint": {"key": "env", "value": "test"}}),
+                route("r"),
+            ),
+        ],
+    )])
+    .unwrap();
+    let Action::Put(resource) = &ok.changeset.operations[0].action else {
+        panic!()
+    };
+    assert_eq!(resource.variants.len(), 2);
+    assert_eq!(resource.version.len(), 16);
+    assert_ne!(resource.variants[0].version, resource.variants[1].version);
+    assert_eq!(
+        ok.changeset.operations[0].key.type_url,
+        "type.googleapis.com/envoy.config.route.v3.RouteConfiguration"
+    );
+    assert!(run(vec![put("route", "r", vec![(json!(null), route("r"))])]).is_ok());
+}
+
+#[test]
+fn versions_are_content_hashes() {
+    let a = run(vec![put(
+        "route",
+        "r",
+        vec![(json!("env = a"), route("r"))],
+    )])
+    .unwrap();
+    let b = run(vec![put(
+        "route",
+        "r",
+        vec![(json!(r#"env == "a""#), route("r"))],
+    )])
+    .unwrap();
+    let version = |v: &Validated| match &v.changeset.operations[0].action {
+        Action::Put(r) => r.version.clone(),
+        Action::Delete => unreachable!(),
+    };
+    assert_eq!(version(&a), version(&b));
+    let c = run(vec![put(
+        "route",
+        "r",
+        vec![(json!("env = b"), route("r"))],
+    )])
+    .unwrap();
+    assert_ne!(version(&a), version(&c));
+}
+
+#[test]
+fn ttl_is_validated_and_versioned() {
+    let with_ttl = |ttl: &str| {
+        let mut op = put("route", "r", vec![(json!(null), route("r"))]);
+        if let OperationRequest::Put(put) = &mut op {
+            put.variants[0].ttl = Some(ttl.into());
+        }
+        op
+    };
+    let variant = |v: &Validated| match &v.changeset.operations[0].action {
+        Action::Put(r) => r.variants[0].clone(),
+        Action::Delete => unreachable!(),
+    };
+    let plain = variant(&run(vec![put("route", "r", vec![(json!(null), route("r"))])]).unwrap());
+    let thirty = variant(&run(vec![with_ttl("30s")]).unwrap());
+    assert_eq!(plain.ttl, None);
+    assert_eq!(thirty.ttl, Some(std::time::Duration::from_secs(30)));
+    assert_ne!(plain.version, thirty.version);
+    assert_ne!(
+        thirty.version,
+        variant(&run(vec![with_ttl("31s")]).unwrap()).version
+    );
+    let errors = run(vec![with_ttl("0s")]).unwrap_err().errors;
+    assert_eq!(errors[0].code, "invalid_ttl");
+    assert_eq!(
+        errors[0].pointer.to_string(),
+        "/operations/0/variants/0/ttl"
+    );
+}
+
+#[test]
+fn reports_every_problem_with_its_pointer() {
+    let errors = problems(vec![
+        put("nope", "x", vec![(json!(null), route("x"))]),
+        put("route", "", vec![(json!("env = "), json!({"name": "y"}))]),
+        put(
+            "route",
+            "r",
+            vec![
+                (json!("env in (a, b)"), route("r")),
+                (json!("env in (b, c)"), route("r")),
+            ],
+        ),
+        put("route", "r2", vec![(json!(null), route("other"))]),
+        put("route", "r3", vec![]),
+        OperationRequest::Delete(DeleteRequest {
+            resource_type: "route".into(),
+            name: "r".into(),
+            expected_version: None,
+        }),
+    ]);
+    assert_eq!(
+        errors,
+        vec![
+            ("/operations/0/type".into(), "unknown_type".into()),
+            ("/operations/1/name".into(), "empty_name".into()),
+            (
+                "/operations/1/variants/0/constraints".into(),
+                "invalid_constraints".into()
+            ),
+            (
+                "/operations/1/variants/0/resource/@type".into(),
+                "missing_type".into()
+            ),
+            (
+                "/operations/2/variants/1/constraints".into(),
+                "overlapping_variants".into()
+            ),
+            (
+                "/operations/3/variants/0/resource/name".into(),
+                "name_mismatch".into()
+            ),
+            ("/operations/4/variants".into(), "no_variants".into()),
+            ("/operations/5".into(), "duplicate_operation".into()),
+        ]
+    );
+    let overlap = run(vec![put(
+        "route",
+        "r",
+        vec![
+            (json!("env in (a, b)"), route("r")),
+            (json!("env in (b, c)"), route("r")),
+        ],
+    )])
+    .unwrap_err();
+    assert_eq!(
+        overlap.errors[0].witness,
+        Some([("env", "b")].into_iter().collect())
+    );
+    assert_eq!(
+        (overlap.errors[0].operation, overlap.errors[0].variant),
+        (Some(0), Some(1))
+    );
+}
+
+#[test]
+fn json_constraint_errors_point_inside_the_constraints() {
+    let errors = problems(vec![put(
+        "route",
+        "r",
+        vec![(
+            json!({"and_constraints": {"constraints": [{"constraint": {"key": "", "value": "x"}}]}}),
+            route("r"),
+        )],
+    )]);
+    assert_eq!(
+        errors,
+        vec![(
+            "/operations/0/variants/0/constraints/and_constraints/constraints/0/constraint/key"
+                .into(),
+            "empty_key".into()
+        )]
+    );
+}
+
+#[test]
+fn xdstp_names_are_normalised_and_checked() {
+    let name = "xdstp://auth/envoy.config.route.v3.RouteConfiguration/r?b=2&a=1";
+    let ok = run(vec![put("route", name, vec![(json!(null), route(name))])]).unwrap();
+    assert_eq!(
+        ok.changeset.operations[0].key.name,
+        "xdstp://auth/envoy.config.route.v3.RouteConfiguration/r?a=1&b=2"
+    );
+    let wrong_type = "xdstp://auth/envoy.config.cluster.v3.Cluster/r";
+    assert_eq!(
+        problems(vec![put(
+            "route",
+            wrong_type,
+            vec![(json!(null), route(wrong_type))]
+        )]),
+        vec![("/operations/0/name".into(), "xdstp_type_mismatch".into())]
+    );
+    let config = ValidationConfig {
+        authorities: vec!["auth".into()],
+        ..Default::default()
+    };
+    let other = "xdstp://elsewhere/envoy.config.route.v3.RouteConfiguration/r";
+    let request = ChangesetRequest {
+        operations: vec![put("route", other, vec![(json!(null), route(other))])],
+        ..Default::default()
+    };
+    assert_eq!(
+        validate(&request, &config).unwrap_err().errors[0].code,
+        "unknown_authority"
+    );
+}
+
+#[test]
+fn standalone_validation_checks_the_aggregate_graph() {
+    let agg = |name: &str, children: &[&str]| {
+        put(
+            "cluster",
+            name,
+            vec![(
+                json!(null),
+                json!({"@type": "type.googleapis.com/envoy.config.cluster.v3.Cluster", "name": name,
+                       "cluster_type": {"name": "envoy.clusters.aggregate", "typed_config": {
+                           "@type": rules::AGGREGATE_CONFIG_TYPE_URL, "clusters": children}}}),
+            )],
+        )
+    };
+    let request = ChangesetRequest {
+        operations: vec![agg("a", &["b"]), agg("b", &["a"])],
+        ..Default::default()
+    };
+    assert!(validate(&request, &ValidationConfig::default()).is_ok());
+    let invalid = validate_standalone(&request, &ValidationConfig::default()).unwrap_err();
+    assert_eq!(invalid.errors.len(), 1);
+    assert_eq!(invalid.errors[0].code, "aggregate_cycle");
+    assert_eq!(invalid.errors[0].pointer.to_string(), "/operations/0");
+}
+
+#[test]
+fn warnings_do_not_refuse() {
+    let ok = run(vec![put(
+        "cluster",
+        "s",
+        vec![(json!(null), json!({"@type": "type.googleapis.com/envoy.config.cluster.v3.Cluster", "name": "s", "type": "STATIC"}))],
+    )])
+    .unwrap();
+    assert_eq!(ok.warnings[0].code, "not_for_grpc");
+    let dead = run(vec![put(
+        "route",
+        "r",
+        vec![(json!("env = a && env = b"), route("r"))],
+    )])
+    .unwrap();
+    assert_eq!(dead.warnings[0].code, "never_matches");
+}
+
+#[test]
+fn secrets_not_keyed_on_a_trusted_key_are_flagged() {
+    let secret = |name: &str| json!({"@type": "type.googleapis.com/envoy.extensions.transport_sockets.tls.v3.Secret", "name": name});
+    let request = ChangesetRequest {
+        operations: vec![
+            put(
+                "secret",
+                "tls",
+                vec![
+                    (json!(r#"namespace = "shop""#), secret("tls")),
+                    (json!(r#"namespace != "shop""#), secret("tls")),
+                ],
+            ),
+            put("secret", "open", vec![(json!(null), secret("open"))]),
+        ],
+        ..Default::default()
+    };
+    let config = ValidationConfig {
+        trusted_keys: vec!["namespace".into()],
+        ..Default::default()
+    };
+    let validated = validate(&request, &config).unwrap();
+    let flagged: Vec<&str> = validated
+        .warnings
+        .iter()
+        .map(|w| w.pointer.as_str())
+        .collect();
+    // `namespace != "shop"` reaches every other namespace, and the unconstrained one all.
+    assert_eq!(
+        flagged,
+        [
+            "/operations/0/variants/1/constraints",
+            "/operations/1/variants/0/constraints"
+        ]
+    );
+    assert_eq!(validated.warnings[0].code, "untrusted_secret_variant");
+    assert!(validated.warnings[0].witness.is_some());
+    // Without a template nothing is trusted, and nothing is flagged.
+    let plain = validate(&request, &ValidationConfig::default()).unwrap();
+    assert!(plain.warnings.is_empty(), "{:?}", plain.warnings);
+}
+
+#[test]
+fn request_model_reads_the_documented_shape() {
+    let request: ChangesetRequest = serde_json::from_value(json!({
+        "expected_revision": 3,
+        "message": "split prod",
+        "operations": [
+            {"op": "put", "type": "route", "name": "r", "variants": [{"constraints": "env = prod", "resource": route("r")}]},
+            {"op": "delete", "type": "cluster", "name": "old"}
+        ]
+    }))
+    .unwrap();
+    assert_eq!(request.expected_revision, Some(3));
+    assert!(matches!(request.operations[1], OperationRequest::Delete(_)));
+    let bad: Result<ChangesetRequest, _> = serde_json::from_value(
+        json!({"operations": [{"op": "put", "type": "r", "name": "r", "variants": [], "extra": 1}]}),
+    );
+    assert!(bad.is_err());
+}
+
+fn op(json: Value) -> OperationRequest {
+    let mut json = json;
+    json.as_object_mut()
+        .unwrap()
+        .entry("op")
+        .or_insert(json!("put"));
+    serde_json::from_value(json).unwrap()
+}
+
+const L: &str = "xdstp://a/envoy.config.listener.v3.Listener/l";
+const LC: &str = "type.googleapis.com/envoy.config.listener.v3.ListenerCollection";
+
+#[test]
+fn redirects_are_checked_on_their_own() {
+    let redirect = |name: &str, target: &str| {
+        op(json!({"type": "listener", "name": name, "variants": [{"redirect": target}]}))
+    };
+    let ok = run(vec![redirect(
+        L,
+        "xdstp://a/envoy.config.listener.v3.Listener/m",
+    )])
+    .unwrap();
+    let Action::Put(resource) = &ok.changeset.operations[0].action else {
+        panic!("put")
+    };
+    assert_eq!(
+        resource.redirects,
+        BTreeSet::from(["xdstp://a/envoy.config.listener.v3.Listener/m".to_owned()])
+    );
+    for (target, code) in [
+        (
+            "xdstp://a/envoy.config.cluster.v3.Cluster/c",
+            "redirect_type_mismatch",
+        ),
+        (L, "redirect_cycle"),
+        (
+            "xdstp://a/envoy.config.listener.v3.Listener/g/*",
+            "invalid_redirect",
+        ),
+        ("not a url", "invalid_redirect"),
+    ] {
+        assert_eq!(
+            problems(vec![redirect(L, target)]),
+            [(
+                "/operations/0/variants/0/redirect".to_owned(),
+                code.to_owned()
+            )],
+            "{target}"
+        );
+    }
+    // TP1: a glob collection cannot be redirected.
+    assert_eq!(
+        problems(vec![redirect(
+            "xdstp://a/envoy.config.listener.v3.Listener/g/*",
+            "xdstp://a/envoy.config.listener.v3.Listener/m"
+        )]),
+        [(
+            "/operations/0/name".to_owned(),
+            "redirect_of_glob".to_owned()
+        )]
+    );
+    // A body or a redirect, not both.
+    let both = op(json!({"type": "listener", "name": L, "variants": [{
+        "redirect": "xdstp://a/envoy.config.listener.v3.Listener/m",
+        "resource": {"@type": "type.googleapis.com/envoy.config.listener.v3.Listener", "name": L}}]}));
+    assert_eq!(problems(vec![both])[0].1, "redirect_with_body");
+    // The stored form (a ResourceLocator body) is accepted as well, with the same checks.
+    let body = |resource_type: &str| {
+        op(
+            json!({"type": "listener", "name": L, "variants": [{"resource": {
+            "@type": "type.googleapis.com/xds.core.v3.ResourceLocator",
+            "authority": "a", "resource_type": resource_type, "id": "m"}}]}),
+        )
+    };
+    assert!(run(vec![body("envoy.config.listener.v3.Listener")]).is_ok());
+    assert_eq!(
+        problems(vec![body("envoy.config.cluster.v3.Cluster")])[0].1,
+        "redirect_type_mismatch"
+    );
+}
+
+#[test]
+fn stored_list_collections_are_checked() {
+    let listener =
+        json!({"@type": "type.googleapis.com/envoy.config.listener.v3.Listener", "name": "x"});
+    let cluster =
+        json!({"@type": "type.googleapis.com/envoy.config.cluster.v3.Cluster", "name": "x"});
+    let collection = |entries: Value| {
+        op(
+            json!({"type": "envoy.config.listener.v3.ListenerCollection",
+                  "name": "xdstp://a/envoy.config.listener.v3.ListenerCollection/c",
+                  "variants": [{"resource": {"@type": LC, "entries": entries}}]}),
+        )
+    };
+    assert!(
+        run(vec![collection(json!([
+            {"locator": {"authority": "a", "resource_type": "envoy.config.listener.v3.Listener", "id": "l"}},
+            {"inline_entry": {"name": "x", "version": "1", "resource": listener}},
+            {"inline_entry": {"version": "2", "resource": listener}},
+        ]))])
+        .is_ok()
+    );
+    assert_eq!(
+        problems(vec![collection(json!([
+            {"inline_entry": {"name": "x", "resource": listener}},
+            {"inline_entry": {"name": "x", "resource": listener}},
+            {"inline_entry": {"name": "no spaces", "resource": listener}},
+            {"inline_entry": {"name": "y", "resource": cluster}},
+            {"inline_entry": {"name": "z"}},
+            {"locator": {"authority": "a", "resource_type": "envoy.config.cluster.v3.Cluster", "id": "l"}},
+            {},
+        ]))]),
+        [
+            (
+                "/operations/0/variants/0/resource/entries/1/inline_entry/name",
+                "duplicate_entry_name"
+            ),
+            (
+                "/operations/0/variants/0/resource/entries/2/inline_entry/name",
+                "invalid_entry_name"
+            ),
+            (
+                "/operations/0/variants/0/resource/entries/3/inline_entry/resource/@type",
+                "entry_type_mismatch"
+            ),
+            (
+                "/operations/0/variants/0/resource/entries/4/inline_entry/resource",
+                "missing_entry_body"
+            ),
+            (
+                "/operations/0/variants/0/resource/entries/5/locator",
+                "locator_type_mismatch"
+            ),
+            (
+                "/operations/0/variants/0/resource/entries/6",
+                "empty_collection_entry"
+            ),
+        ]
+        .map(|(p, c)| (p.to_owned(), c.to_owned()))
+    );
+}
+
+#[test]
+fn alt_directives_in_handed_out_names_keep_their_type() {
+    let cluster = |service_name: &str| {
+        op(
+            json!({"type": "cluster", "name": "c", "variants": [{"resource": {
+            "@type": "type.googleapis.com/envoy.config.cluster.v3.Cluster", "name": "c", "type": "EDS",
+            "eds_cluster_config": {"eds_config": {"ads": {}}, "service_name": service_name}}}]}),
+        )
+    };
+    let cla = "xdstp://cloud/envoy.config.endpoint.v3.ClusterLoadAssignment/foo";
+    assert!(
+        run(vec![cluster(&format!(
+            "{cla}#alt=xdstp://onprem/envoy.config.endpoint.v3.ClusterLoadAssignment/bar"
+        ))])
+        .is_ok()
+    );
+    assert_eq!(
+        problems(vec![cluster(&format!(
+            "{cla}#alt=xdstp://onprem/envoy.config.cluster.v3.Cluster/bar"
+        ))]),
+        [(
+            "/operations/0/variants/0/resource/eds_cluster_config/service_name".to_owned(),
+            "alt_type_mismatch".to_owned()
+        )]
+    );
+    assert_eq!(
+        problems(vec![cluster(&format!("{cla}#bogus=1"))])[0].1,
+        "invalid_directive"
+    );
+}
+
+#[test]
+fn collection_options_are_named_by_a_list_collection() {
+    let options = |name: &str| {
+        op(
+            json!({"type": "vxds.config.v1.ListCollectionOptions", "name": name, "variants": [{
+            "resource": {"@type": "type.googleapis.com/vxds.config.v1.ListCollectionOptions", "inline_entries": true}}]}),
+        )
+    };
+    assert!(
+        run(vec![options(
+            "xdstp://a/envoy.config.listener.v3.ListenerCollection/c"
+        )])
+        .is_ok()
+    );
+    for name in ["xdstp://a/envoy.config.listener.v3.Listener/c", "plain"] {
+        assert_eq!(
+            problems(vec![options(name)]),
+            [(
+                "/operations/0/name".to_owned(),
+                "not_a_list_collection".to_owned()
+            )]
+        );
+    }
+}
+
+#[test]
+fn names_inside_typed_configs_and_inline_entries_are_checked_too() {
+    // An RDS name in a listener's HTTP connection manager (an Any) with a mistyped #alt.
+    let listener = json!({"@type": "type.googleapis.com/envoy.config.listener.v3.Listener", "name": L,
+        "filter_chains": [{"filters": [{"name": "hcm", "typed_config": {
+            "@type": "type.googleapis.com/envoy.extensions.filters.network.http_connection_manager.v3.HttpConnectionManager",
+            "stat_prefix": "x", "rds": {"config_source": {"ads": {}},
+            "route_config_name": "xdstp://a/envoy.config.route.v3.RouteConfiguration/r#alt=xdstp://a/envoy.config.cluster.v3.Cluster/x"}}}]}]});
+    let put = op(json!({"type": "listener", "name": L, "variants": [{"resource": listener}]}));
+    assert_eq!(problems(vec![put])[0].1, "alt_type_mismatch");
+    // An inline cluster of a stored collection meets the cluster rules.
+    let bad_cluster = json!({"@type": "type.googleapis.com/envoy.config.cluster.v3.Cluster", "name": "c", "type": "EDS"});
+    let put = op(json!({"type": "envoy.config.cluster.v3.ClusterCollection",
+        "name": "xdstp://a/envoy.config.cluster.v3.ClusterCollection/c",
+        "variants": [{"resource": {"@type": "type.googleapis.com/envoy.config.cluster.v3.ClusterCollection",
+            "entries": {"inline_entry": {"name": "c", "resource": bad_cluster}}}}]}));
+    let found = problems(vec![put]);
+    assert!(!found.is_empty(), "{found:?}");
+    assert!(
+        found[0]
+            .0
+            .starts_with("/operations/0/variants/0/resource/entries/0/inline_entry/resource"),
+        "{found:?}"
+    );
+}

@@ -1,0 +1,145 @@
+//! What a stream contributes to the client summary (impact preview): each subscription with the
+//! parameters it resolves with, each item once.
+
+use vxds_core::ParamSet;
+use vxds_core::impact::Subscription;
+
+use super::*;
+
+/// What the stream's `type_url` subscriptions contribute, all under that type.
+fn summary_of(m: &StreamMachine, type_url: &str) -> Vec<(Subscription, ParamSet)> {
+    full_summary_of(m, type_url)
+        .into_iter()
+        .map(|(t, s, p)| {
+            assert_eq!(t, type_url);
+            (s, p)
+        })
+        .collect()
+}
+
+/// Every (type, subscription, parameters) of the stream's `type_url` status, sorted.
+fn full_summary_of(m: &StreamMachine, type_url: &str) -> Vec<(String, Subscription, ParamSet)> {
+    let status = m.status();
+    let status = status.lock().unwrap();
+    let groups = status
+        .types
+        .iter()
+        .find(|t| t.type_url == type_url)
+        .map(|t| t.summary.clone())
+        .unwrap_or_default();
+    let mut flat: Vec<(String, Subscription, ParamSet)> = groups
+        .iter()
+        .flat_map(|g| {
+            g.subscriptions
+                .iter()
+                .map(|s| (g.type_url.clone(), s.clone(), g.params.clone()))
+        })
+        .collect();
+    flat.sort();
+    // Each group holds one parameter set of one type.
+    let mut keys: Vec<(&String, &ParamSet)> =
+        groups.iter().map(|g| (&g.type_url, &g.params)).collect();
+    keys.dedup();
+    assert_eq!(keys.len(), groups.len(), "{groups:?}");
+    flat
+}
+
+fn params(pairs: &[(&str, &str)]) -> ParamSet {
+    pairs.iter().copied().collect()
+}
+
+#[test]
+fn names_locators_and_globs_with_their_parameters() {
+    let mut m = delta_machine();
+    let glob = "xdstp://auth/envoy.config.route.v3.RouteConfiguration/edge/*";
+    let mut request = delta_request(
+        ROUTE,
+        &[
+            "web",
+            glob,
+            "xdstp://auth/envoy.config.route.v3.RouteConfiguration/edge/a",
+            "other",
+        ],
+        &[],
+        "",
+    );
+    request.node = Some(node_with(ROUTE, &[("env", "prod")]));
+    request.resource_locators_subscribe = vec![ResourceLocator {
+        name: "web".into(),
+        dynamic_parameters: [("env".to_owned(), "test".to_owned())].into(),
+    }];
+    m.on_delta_request(request).unwrap();
+    let prod = params(&[("env", "prod")]);
+    assert_eq!(
+        summary_of(&m, ROUTE),
+        [
+            (Subscription::Name("other".into()), prod.clone()),
+            (Subscription::Name("web".into()), prod.clone()),
+            // The locator resolves with its own parameters.
+            (Subscription::Name("web".into()), params(&[("env", "test")])),
+            // The glob covers `edge/a`, which is listed once, under the glob.
+            (Subscription::Collection(glob.into()), prod.clone()),
+        ]
+    );
+
+    // New node parameters re-resolve plain names and unconstrained globs.
+    let mut request = delta_request(ROUTE, &[], &["other"], "");
+    request.node = Some(node_with(ROUTE, &[("env", "dev")]));
+    m.on_delta_request(request).unwrap();
+    let dev = params(&[("env", "dev")]);
+    assert_eq!(
+        summary_of(&m, ROUTE),
+        [
+            (Subscription::Name("web".into()), dev.clone()),
+            (Subscription::Name("web".into()), params(&[("env", "test")])),
+            (Subscription::Collection(glob.into()), dev),
+        ]
+    );
+}
+
+#[test]
+fn a_wildcard_covers_the_plain_names_it_includes() {
+    let mut m = sotw_machine();
+    let mut request = sotw_request(CLUSTER, &["*", "extra"], "", "");
+    request.node = Some(node_with(CLUSTER, &[("zone", "eu")]));
+    m.on_sotw_request(request).unwrap();
+    assert_eq!(
+        summary_of(&m, CLUSTER),
+        [(Subscription::Wildcard, params(&[("zone", "eu")]))]
+    );
+    // Legacy wildcard (no names on CDS) too.
+    let mut m = sotw_machine();
+    m.on_sotw_request(sotw_request(CLUSTER, &[], "", ""))
+        .unwrap();
+    assert_eq!(
+        summary_of(&m, CLUSTER),
+        [(Subscription::Wildcard, ParamSet::new())]
+    );
+}
+
+#[test]
+fn a_list_collection_stands_for_its_stored_collection_and_its_members() {
+    let list = "xdstp://auth/envoy.config.listener.v3.ListenerCollection/edge?zone=eu";
+    let mut m = delta_machine();
+    let mut request = delta_request(LISTENER, &[list], &[], "");
+    request.node = Some(node_with(LISTENER, &[("env", "prod")]));
+    m.on_delta_request(request).unwrap();
+    let prod = params(&[("env", "prod")]);
+    assert_eq!(
+        full_summary_of(&m, LISTENER),
+        [
+            (
+                LISTENER.to_owned(),
+                Subscription::Collection(
+                    "xdstp://auth/envoy.config.listener.v3.Listener/edge/*?zone=eu".into()
+                ),
+                prod.clone()
+            ),
+            (
+                "type.googleapis.com/envoy.config.listener.v3.ListenerCollection".to_owned(),
+                Subscription::Name(list.into()),
+                prod
+            ),
+        ]
+    );
+}

@@ -1,0 +1,103 @@
+//! This replica's client summary, for impact preview: per subscription (by name, wildcard or
+//! glob) and parameter set, how many streams hold it, with a few node ids.
+//!
+//! Built on demand from what each stream's status already holds (its subscriptions with their
+//! parameters, updated only when they change), never on the request path: a read locks each
+//! stream's status briefly, one at a time.
+
+use vxds_core::impact::{ClientSummary, SummaryBuilder};
+
+use crate::Registry;
+
+impl Registry {
+    /// The summary of the streams connected now.
+    pub fn summary(&self) -> ClientSummary {
+        let mut builder = SummaryBuilder::default();
+        for status in self.statuses() {
+            let Ok(status) = status.lock() else { continue };
+            builder.stream();
+            // A stream that has sent no node yet has no id to sample.
+            let nodes = if status.node_id.is_empty() {
+                Vec::new()
+            } else {
+                vec![status.node_id.clone()]
+            };
+            for ty in &status.types {
+                for group in &ty.summary {
+                    for subscription in &group.subscriptions {
+                        builder.add(
+                            &group.type_url,
+                            subscription.clone(),
+                            &group.params,
+                            1,
+                            &nodes,
+                        );
+                    }
+                }
+            }
+        }
+        builder.build()
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use std::sync::{Arc, Mutex};
+
+    use vxds_core::ParamSet;
+    use vxds_core::impact::Subscription;
+    use vxds_store::Snapshot;
+
+    use super::*;
+    use crate::status::{ClientStatus, SubscriptionGroup, TypeStatus};
+
+    const ROUTE: &str = "type.googleapis.com/envoy.config.route.v3.RouteConfiguration";
+
+    fn status(
+        node: &str,
+        subscription: Subscription,
+        params: &ParamSet,
+    ) -> Arc<Mutex<ClientStatus>> {
+        Arc::new(Mutex::new(ClientStatus {
+            node_id: node.to_owned(),
+            types: vec![TypeStatus {
+                type_url: ROUTE.to_owned(),
+                summary: vec![SubscriptionGroup {
+                    type_url: ROUTE.to_owned(),
+                    params: params.clone(),
+                    subscriptions: vec![subscription],
+                }],
+                ..Default::default()
+            }],
+            ..Default::default()
+        }))
+    }
+
+    #[test]
+    fn streams_with_the_same_subscription_and_parameters_are_counted_together() {
+        let registry = Arc::new(Registry::new(Arc::new(Snapshot::default())));
+        let prod = ParamSet::new().with("env", "prod");
+        let web = Subscription::Name("web".into());
+        let mut held = Vec::new();
+        for (id, node, params) in [
+            (1, "n2", &prod),
+            (2, "n1", &prod),
+            (3, "", &ParamSet::new()),
+        ] {
+            held.push(registry.register(id, status(node, web.clone(), params)));
+        }
+        let summary = registry.summary();
+        assert_eq!(summary.streams, 3);
+        assert_eq!(summary.entries.len(), 2);
+        let by_params = |p: &ParamSet| summary.entries.iter().find(|e| &e.params == p).unwrap();
+        assert_eq!(by_params(&prod).streams, 2);
+        assert_eq!(by_params(&prod).sample_nodes, ["n1", "n2"]);
+        // A stream without a node id counts, with no sample.
+        assert_eq!(by_params(&ParamSet::new()).streams, 1);
+        assert!(by_params(&ParamSet::new()).sample_nodes.is_empty());
+
+        // A stream that leaves is no longer counted.
+        held.remove(0);
+        assert_eq!(registry.summary().streams, 2);
+    }
+}

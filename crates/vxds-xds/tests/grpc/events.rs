@@ -1,0 +1,98 @@
+//! Client events over real gRPC: a stream's first request announces it, its ACKs and NACKs
+//! (with the client's error text) follow, and its end says goodbye — while a reader that never
+//! reads holds nothing up.
+
+use tokio::sync::broadcast;
+use vxds_xds::ClientEvent;
+
+use super::*;
+
+on_both_backends!(connects_answers_and_leaves_are_broadcast);
+
+async fn connects_answers_and_leaves_are_broadcast(db: TestDb) {
+    let server = Server::start(&db, XdsConfig::default()).await;
+    server
+        .apply(json!([put_route("web", &[("*", "v0")])]))
+        .await;
+    let registry = server.xds.registry();
+    let mut events = registry.events.subscribe();
+    // A reader that never reads: the channel drops its oldest events for it, and streams go on.
+    let _stalled = registry.events.subscribe();
+
+    let mut stream = SotwStream::open(
+        &server,
+        DiscoveryRequest {
+            type_url: ROUTE.into(),
+            node: Some(node("envoy-events", &[])),
+            resource_names: vec!["web".into()],
+            ..Default::default()
+        },
+    )
+    .await;
+    let ClientEvent::ClientConnected(info) = &*next_event(&mut events).await else {
+        panic!("expected client_connected")
+    };
+    assert_eq!(
+        (info.node_id.as_str(), info.service, info.protocol),
+        ("envoy-events", "ads", "sotw")
+    );
+    let stream_id = info.stream_id;
+
+    let first = stream.next().await;
+    stream.ack(&first).await;
+    let ClientEvent::Ack(ack) = &*next_event(&mut events).await else {
+        panic!("expected an ack")
+    };
+    assert_eq!(
+        (ack.stream_id, ack.type_url.as_str(), ack.version.as_str()),
+        (stream_id, ROUTE, first.version_info.as_str())
+    );
+    assert_eq!(ack.message, None);
+
+    server
+        .apply(json!([put_route("web", &[("*", "v1")])]))
+        .await;
+    let update = stream.next().await;
+    stream
+        .requests
+        .send(DiscoveryRequest {
+            type_url: ROUTE.into(),
+            resource_names: vec!["web".into()],
+            version_info: first.version_info.clone(),
+            response_nonce: update.nonce.clone(),
+            error_detail: Some(vxds_envoy::pb::google::rpc::Status {
+                code: 3,
+                message: "route v1 refused: no such cluster".into(),
+                details: vec![],
+            }),
+            ..Default::default()
+        })
+        .await
+        .unwrap();
+    let ClientEvent::Nack(nack) = &*next_event(&mut events).await else {
+        panic!("expected a nack")
+    };
+    assert_eq!(nack.node_id, "envoy-events");
+    assert_eq!(
+        nack.message.as_deref(),
+        Some("route v1 refused: no such cluster")
+    );
+    assert_eq!(nack.version, update.version_info);
+    assert_eq!(nack.nonce, update.nonce);
+
+    drop(stream);
+    let ClientEvent::ClientDisconnected(gone) = &*next_event(&mut events).await else {
+        panic!("expected client_disconnected")
+    };
+    assert_eq!(
+        (gone.stream_id, gone.node_id.as_str()),
+        (stream_id, "envoy-events")
+    );
+}
+
+async fn next_event(events: &mut broadcast::Receiver<Arc<ClientEvent>>) -> Arc<ClientEvent> {
+    tokio::time::timeout(WAIT, events.recv())
+        .await
+        .expect("an event in time")
+        .unwrap()
+}
