@@ -67,7 +67,7 @@ pub struct TypeStatus {
 #[derive(Clone, Debug, Default, PartialEq, Eq)]
 pub struct SubscriptionGroup {
     pub type_url: String,
-    pub params: ParamSet,
+    pub params: Arc<ParamSet>,
     pub subscriptions: Vec<Subscription>,
 }
 

@@ -64,7 +64,7 @@ mod tests {
                 type_url: ROUTE.to_owned(),
                 summary: vec![SubscriptionGroup {
                     type_url: ROUTE.to_owned(),
-                    params: params.clone(),
+                    params: Arc::new(params.clone()),
                     subscriptions: vec![subscription],
                 }],
                 ..Default::default()

@@ -692,8 +692,8 @@ impl TypeState {
     /// it is built from), each under its own type.
     pub fn summary_subscriptions<'s>(&'s self) -> Vec<SubscriptionGroup> {
         let wildcard = self.wildcard();
-        let mut out: BTreeSet<(String, &'s ParamSet, Subscription)> = BTreeSet::new();
-        let mut add = |normal: &str, params: &'s ParamSet| match self.lists.get(normal) {
+        let mut out: BTreeSet<(String, &'s Arc<ParamSet>, Subscription)> = BTreeSet::new();
+        let mut add = |normal: &str, params: &'s Arc<ParamSet>| match self.lists.get(normal) {
             Some(list) => {
                 out.insert((
                     list.collection_type_url.clone(),
@@ -755,9 +755,10 @@ impl TypeState {
                 Some(g) if g.type_url == type_url && &g.params == params => {
                     g.subscriptions.push(subscription)
                 }
+                // The stream's own shared parameter set, not a copy.
                 _ => groups.push(SubscriptionGroup {
                     type_url,
-                    params: params.clone(),
+                    params: Arc::clone(params),
                     subscriptions: vec![subscription],
                 }),
             }

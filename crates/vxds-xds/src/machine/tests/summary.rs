@@ -32,13 +32,13 @@ fn full_summary_of(m: &StreamMachine, type_url: &str) -> Vec<(String, Subscripti
         .flat_map(|g| {
             g.subscriptions
                 .iter()
-                .map(|s| (g.type_url.clone(), s.clone(), g.params.clone()))
+                .map(|s| (g.type_url.clone(), s.clone(), (*g.params).clone()))
         })
         .collect();
     flat.sort();
     // Each group holds one parameter set of one type.
     let mut keys: Vec<(&String, &ParamSet)> =
-        groups.iter().map(|g| (&g.type_url, &g.params)).collect();
+        groups.iter().map(|g| (&g.type_url, &*g.params)).collect();
     keys.dedup();
     assert_eq!(keys.len(), groups.len(), "{groups:?}");
     flat
