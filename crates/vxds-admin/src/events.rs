@@ -183,6 +183,11 @@ fn json_event(name: &str, data: &impl Serialize) -> Event {
         .unwrap_or_else(|_| Event::default().event(name))
 }
 
+/// The head went back to `revision` (a restored database); its id is where to resume.
+fn reset_event(revision: u64) -> Event {
+    json_event("reset", &ResetEvent { revision }).id(revision.to_string())
+}
+
 fn revision_event(event: &RevisionEvent) -> Event {
     json_event("revision", event).id(event.revision.to_string())
 }
@@ -213,11 +218,7 @@ async fn follow(state: AdminState, resume: Option<u64>, tx: mpsc::Sender<Event>)
     let mut last = resume.unwrap_or(snapshot.revision);
     if last > snapshot.revision {
         last = snapshot.revision;
-        let reset = ResetEvent { revision: last };
-        if send(&tx, json_event("reset", &reset).id(last.to_string()))
-            .await
-            .is_err()
-        {
+        if send(&tx, reset_event(last)).await.is_err() {
             return;
         }
     }
@@ -244,11 +245,7 @@ async fn follow(state: AdminState, resume: Option<u64>, tx: mpsc::Sender<Event>)
                 let snapshot = snapshots.borrow_and_update().clone();
                 if snapshot.revision < last {
                     last = snapshot.revision;
-                    let reset = ResetEvent { revision: last };
-                    if send(&tx, json_event("reset", &reset).id(last.to_string()))
-                        .await
-                        .is_err()
-                    {
+                    if send(&tx, reset_event(last)).await.is_err() {
                         return;
                     }
                 }
