@@ -1,4 +1,6 @@
-//! Interning of what many streams hold alike: parameter sets and subscription names.
+//! Interning of what many streams hold alike: parameter sets, subscription names, and what
+//! is derived from a stream's subscriptions alone (its interest for the registry, its
+//! subscriptions as the status shows them).
 //!
 //! Ten thousand proxies subscribing with a handful of parameter sets to the same names would
 //! otherwise each keep their own copies — a `ParamSet` is a map whose first node alone takes
@@ -13,6 +15,9 @@ use std::hash::Hash;
 use std::sync::{Arc, LazyLock, Mutex};
 
 use vxds_core::ParamSet;
+
+use crate::machine::StreamInterest;
+use crate::status::{ParamSources, SubscriptionGroup};
 
 /// A table of shared values.
 struct Interner<T: ?Sized> {
@@ -66,6 +71,10 @@ impl<T: ?Sized + Eq + Hash> Interner<T> {
 
 static PARAMS: LazyLock<Interner<ParamSet>> = LazyLock::new(Interner::new);
 static NAMES: LazyLock<Interner<str>> = LazyLock::new(Interner::new);
+static DESCRIPTIONS: LazyLock<Interner<[String]>> = LazyLock::new(Interner::new);
+static SUMMARIES: LazyLock<Interner<[SubscriptionGroup]>> = LazyLock::new(Interner::new);
+static INTERESTS: LazyLock<Interner<StreamInterest>> = LazyLock::new(Interner::new);
+static SOURCES: LazyLock<Interner<ParamSources>> = LazyLock::new(Interner::new);
 
 /// The shared copy of a parameter set.
 pub(crate) fn params(params: ParamSet) -> Arc<ParamSet> {
@@ -75,6 +84,26 @@ pub(crate) fn params(params: ParamSet) -> Arc<ParamSet> {
 /// The shared copy of a name (a subscription's spelling or normal form).
 pub(crate) fn name(name: &str) -> Arc<str> {
     NAMES.intern(name)
+}
+
+/// The shared copy of a type's subscriptions as operators read them (`/v1/clients`).
+pub(crate) fn descriptions(descriptions: Vec<String>) -> Arc<[String]> {
+    DESCRIPTIONS.intern(descriptions)
+}
+
+/// The shared copy of a type's subscriptions grouped for the client summary.
+pub(crate) fn summary(groups: Vec<SubscriptionGroup>) -> Arc<[SubscriptionGroup]> {
+    SUMMARIES.intern(groups)
+}
+
+/// The shared copy of where a stream's parameters came from.
+pub(crate) fn param_sources(sources: ParamSources) -> Arc<ParamSources> {
+    SOURCES.intern(sources)
+}
+
+/// The shared copy of a stream's interest, as the registry keeps it.
+pub(crate) fn interest(interest: StreamInterest) -> Arc<StreamInterest> {
+    INTERESTS.intern(interest)
 }
 
 #[cfg(test)]

@@ -35,6 +35,9 @@ use vxds_envoy::pb::envoy::service::discovery::v3::{DeltaDiscoveryRequest, Disco
 use vxds_store::Snapshot;
 
 pub use type_state::Interest;
+
+/// What a stream subscribes to, per type URL.
+pub type StreamInterest = BTreeMap<String, Interest>;
 pub(crate) use type_state::Sent;
 use type_state::{Ack, HeldChanges, TypeState};
 
@@ -219,8 +222,8 @@ impl StreamMachine {
     }
 
     /// What the stream subscribes to, per type.
-    pub fn interest(&self) -> BTreeMap<String, Interest> {
-        let mut interest: BTreeMap<String, Interest> = self
+    pub fn interest(&self) -> StreamInterest {
+        let mut interest: StreamInterest = self
             .types
             .iter()
             .map(|(t, s)| (t.clone(), s.interest()))
@@ -459,12 +462,17 @@ impl StreamMachine {
             }
         }
         for (name, params) in subscribe {
-            if !ty.is_subscribed(name, Some(&params)) {
+            let subscribed = ty.is_subscribed(name, Some(&params));
+            if first {
+                if !subscribed {
+                    ty.subscribe(name, Some(params));
+                }
+                continue;
+            }
+            if !subscribed {
                 ty.subscribe(name, Some(params.clone()));
             }
-            if !first {
-                ty.resend(name, Some(&params));
-            }
+            ty.resend(name, Some(&params));
         }
         for name in &request.resource_names_unsubscribe {
             if name == "*" {
@@ -567,6 +575,9 @@ impl StreamMachine {
         for response in &responses {
             self.record_sent(response);
         }
+        for ty in self.types.values_mut() {
+            ty.free_emptied();
+        }
         responses
     }
 
@@ -638,12 +649,13 @@ impl StreamMachine {
         };
         let entry = type_entry(&mut status, type_url);
         if subscriptions {
-            entry.subscriptions = ty.describe_subscriptions();
-            entry.summary = ty.summary_subscriptions();
+            // Shared with every stream that subscribes alike.
+            entry.subscriptions = crate::intern::descriptions(ty.describe_subscriptions());
+            entry.summary = crate::intern::summary(ty.summary_subscriptions());
             entry.params = ty.default_params.clone();
         }
         if let Some(sources) = sources {
-            entry.param_sources = sources;
+            entry.param_sources = crate::intern::param_sources(sources);
         }
         match ty.take_held_changes() {
             HeldChanges::All => entry.resources = ty.held().collect(),
@@ -664,6 +676,8 @@ fn type_entry<'a>(status: &'a mut ClientStatus, type_url: &str) -> &'a mut TypeS
         type_url: type_url.to_owned(),
         ..Default::default()
     });
+    // Types are added a few times per stream: room for exactly them, not for twice as many.
+    status.types.shrink_to_fit();
     status
         .types
         .sort_by_key(|t| (push_rank(&t.type_url), t.type_url.clone()));

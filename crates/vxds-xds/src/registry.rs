@@ -18,7 +18,7 @@
 
 pub mod heartbeats;
 
-use std::collections::{BTreeMap, BTreeSet, HashMap, HashSet};
+use std::collections::{BTreeSet, HashMap, HashSet};
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::{Arc, Mutex};
 
@@ -27,7 +27,7 @@ use vxds_core::xdstp::XdstpUrn;
 use vxds_envoy::changeset::ResourceKey;
 use vxds_store::{Index, Snapshot};
 
-use crate::machine::{Interest, StreamMachine};
+use crate::machine::{StreamInterest, StreamMachine};
 use crate::status::ClientStatus;
 
 /// Changed resources looked up per lock of the registry.
@@ -114,7 +114,8 @@ struct Dispatching {
 struct Entry {
     inbox: Arc<Inbox>,
     status: Arc<Mutex<ClientStatus>>,
-    interest: BTreeMap<String, Interest>,
+    /// Shared with every stream that subscribes alike (`crate::intern`).
+    interest: Arc<StreamInterest>,
 }
 
 #[derive(Debug, Default)]
@@ -127,7 +128,7 @@ struct Indexes {
 }
 
 impl Indexes {
-    fn unindex(&mut self, id: u64, interest: &BTreeMap<String, Interest>) {
+    fn unindex(&mut self, id: u64, interest: &StreamInterest) {
         for (type_url, i) in interest {
             for name in &i.names {
                 remove(&mut self.by_name, &(type_url.clone(), name.to_string()), id);
@@ -145,7 +146,7 @@ impl Indexes {
         }
     }
 
-    fn index(&mut self, id: u64, interest: &BTreeMap<String, Interest>) {
+    fn index(&mut self, id: u64, interest: &StreamInterest) {
         for (type_url, i) in interest {
             for name in &i.names {
                 self.by_name
@@ -236,7 +237,7 @@ impl Registry {
                 Entry {
                     inbox: inbox.clone(),
                     status,
-                    interest: BTreeMap::new(),
+                    interest: crate::intern::interest(StreamInterest::new()),
                 },
             );
         }
@@ -249,15 +250,12 @@ impl Registry {
     }
 
     /// Replaces what stream `id` subscribes to.
-    pub fn set_interest(&self, id: u64, interest: BTreeMap<String, Interest>) {
+    pub fn set_interest(&self, id: u64, interest: StreamInterest) {
+        let interest = crate::intern::interest(interest);
         let Ok(mut guard) = self.indexes.lock() else {
             return;
         };
-        let Some(old) = guard
-            .streams
-            .get_mut(&id)
-            .map(|e| std::mem::take(&mut e.interest))
-        else {
+        let Some(old) = guard.streams.get_mut(&id).map(|e| e.interest.clone()) else {
             return;
         };
         guard.unindex(id, &old);

@@ -35,6 +35,9 @@ pub struct ClientStatus {
     pub types: Vec<TypeStatus>,
 }
 
+/// Where each parameter came from, by key.
+pub type ParamSources = BTreeMap<String, &'static str>;
+
 /// One resource type on a stream.
 #[derive(Clone, Debug, Default, Serialize)]
 #[cfg_attr(feature = "openapi", derive(utoipa::ToSchema))]
@@ -46,25 +49,30 @@ pub struct TypeStatus {
     pub params: Arc<vxds_core::ParamSet>,
     /// Where each of `params` came from: `identity` (trusted), `node.dynamic_parameters` or
     /// `node.metadata`.
-    pub param_sources: BTreeMap<String, &'static str>,
-    pub subscriptions: Vec<String>,
+    // Shared with every stream whose parameters came from the same places (`crate::intern`).
+    #[cfg_attr(feature = "openapi", schema(value_type = BTreeMap<String, String>))]
+    pub param_sources: Arc<ParamSources>,
+    /// What the client subscribes to, as operators read it.
+    // Shared with every stream that subscribes alike (`crate::intern`).
+    #[cfg_attr(feature = "openapi", schema(value_type = Vec<String>))]
+    pub subscriptions: Arc<[String]>,
     pub last_sent: Option<SentVersion>,
     pub last_acked: Option<Acked>,
     /// The last response the client refused, and why.
     pub last_nacked: Option<Nacked>,
     /// The subscriptions by the type (a list collection's may be another) and parameters they
-    /// resolve with, for the client summary: a parameter set is held once per group, not per
-    /// subscription.
+    /// resolve with, for the client summary; shared with every stream that subscribes alike
+    /// (`crate::intern`).
     #[serde(skip)]
     #[cfg_attr(feature = "openapi", schema(ignore))]
-    pub summary: Vec<SubscriptionGroup>,
+    pub summary: Arc<[SubscriptionGroup]>,
     /// What the client holds, as far as the server knows.
     #[cfg_attr(feature = "openapi", schema(value_type = Vec<HeldResource>))]
     pub resources: HeldResources,
 }
 
 /// Subscriptions of one type that resolve with one parameter set.
-#[derive(Clone, Debug, Default, PartialEq, Eq)]
+#[derive(Clone, Debug, Default, PartialEq, Eq, Hash)]
 pub struct SubscriptionGroup {
     pub type_url: String,
     pub params: Arc<ParamSet>,

@@ -23,7 +23,7 @@ impl Registry {
                 vec![status.node_id.clone()]
             };
             for ty in &status.types {
-                for group in &ty.summary {
+                for group in ty.summary.iter() {
                     for subscription in &group.subscriptions {
                         builder.add(
                             &group.type_url,
@@ -62,11 +62,11 @@ mod tests {
             node_id: node.to_owned(),
             types: vec![TypeStatus {
                 type_url: ROUTE.to_owned(),
-                summary: vec![SubscriptionGroup {
+                summary: Arc::from([SubscriptionGroup {
                     type_url: ROUTE.to_owned(),
                     params: Arc::new(params.clone()),
                     subscriptions: vec![subscription],
-                }],
+                }]),
                 ..Default::default()
             }],
             ..Default::default()

@@ -4,15 +4,16 @@
 //! It starts `vxds serve` (release build; SQLite in a temporary directory, or with
 //! `--replicas N` / `--postgres` N processes on a fresh Postgres database), seeds `--clusters`
 //! clusters with `--variants` variants each (keyed on `shard`), then opens `--streams` ADS
-//! streams, one TCP connection each as real proxies do, spread round-robin over the replicas
-//! (and over `--local-addrs` source addresses). A stream subscribes to CDS in one of three ways:
-//! SotW wildcard, Delta wildcard — both with their shard in `node.dynamic_parameters` — or
-//! Delta by `resource_locators_subscribe`, one locator per cluster with the shard as its
-//! parameter (`--locators`: the share of Delta streams doing so). Every stream ACKs what it
-//! receives. Then it updates cluster `c0` (every variant) through one replica's REST API, round
-//! after round, and measures for every stream on every replica the time from the admin request
-//! to the moment the stream received the new version. It reports each server's memory (RSS)
-//! and CPU time, and on Postgres the database's transactions and rows read per revision.
+//! streams, one TCP connection each as real proxies do (or `--streams-per-connection` sharing
+//! one), spread round-robin over the replicas (and over `--local-addrs` source addresses). A
+//! stream subscribes to CDS in one of three ways: SotW wildcard, Delta wildcard — both with
+//! their shard in `node.dynamic_parameters` — or Delta by `resource_locators_subscribe`, one
+//! locator per cluster with the shard as its parameter (`--locators`: the share of Delta
+//! streams doing so). Every stream ACKs what it receives. Then it updates cluster `c0` (every
+//! variant) through one replica's REST API, round after round, and measures for every stream
+//! on every replica the time from the admin request to the moment the stream received the new
+//! version. It reports each server's memory (RSS) and CPU time, and on Postgres the
+//! database's transactions and rows read per revision.
 //!
 //! ```sh
 //! cargo build --release -p vxds --example xds_load --bin vxds
@@ -35,7 +36,7 @@ use prost::Message;
 use serde_json::{Value, json};
 use tokio::sync::{OwnedSemaphorePermit, Semaphore, mpsc};
 use tokio_stream::wrappers::ReceiverStream;
-use tonic::transport::Endpoint;
+use tonic::transport::{Channel, Endpoint};
 use vxds_envoy::pb::envoy::config::cluster::v3::Cluster;
 use vxds_envoy::pb::envoy::config::core::v3::Node;
 use vxds_envoy::pb::envoy::service::discovery::v3::aggregated_discovery_service_client::AggregatedDiscoveryServiceClient;
@@ -54,9 +55,14 @@ const MARKED: &str = "c0";
 #[derive(Parser)]
 #[command(about = "Many concurrent ADS streams against real `vxds serve` replicas")]
 struct Args {
-    /// Concurrent ADS streams in all, one connection each, spread over the replicas.
+    /// Concurrent ADS streams in all, spread over the replicas.
     #[arg(long, default_value_t = 10_000)]
     streams: usize,
+    /// ADS streams per HTTP/2 connection (1, as proxies do; more lets one machine's open-file
+    /// limit hold more streams: every connection takes a descriptor on both sides). At most
+    /// the server's 64 concurrent streams per connection.
+    #[arg(long, default_value_t = 1, value_parser = clap::value_parser!(u16).range(1..=64))]
+    streams_per_connection: u16,
     /// SotW, Delta, or half of each.
     #[arg(long, value_enum, default_value_t = Protocol::Mixed)]
     protocol: Protocol,
@@ -210,14 +216,13 @@ fn node(stream: usize, variants: usize) -> Node {
 
 /// One SotW ADS stream: CDS wildcard, then ACK every response and record the markers.
 async fn run_sotw(
-    endpoint: Endpoint,
+    channel: Channel,
     stream: usize,
     variants: usize,
     shared: Arc<Shared>,
     slot: OwnedSemaphorePermit,
 ) {
     let result: anyhow::Result<()> = async {
-        let channel = endpoint.connect().await?;
         let (tx, rx) = mpsc::channel(8);
         tx.send(DiscoveryRequest {
             type_url: CLUSTER.into(),
@@ -261,7 +266,7 @@ async fn run_sotw(
 
 /// One Delta ADS stream: CDS by wildcard, or by one locator per cluster.
 async fn run_delta(
-    endpoint: Endpoint,
+    channel: Channel,
     stream: usize,
     kind: Kind,
     args: (usize, usize),
@@ -270,7 +275,6 @@ async fn run_delta(
 ) {
     let (clusters, variants) = args;
     let result: anyhow::Result<()> = async {
-        let channel = endpoint.connect().await?;
         let (tx, rx) = mpsc::channel(8);
         let mut first = DeltaDiscoveryRequest {
             type_url: CLUSTER.into(),
@@ -602,26 +606,37 @@ async fn run(args: &Args, targets: &Targets) -> anyhow::Result<()> {
         endpoints
             .push(Endpoint::from_shared(xds.clone())?.connect_timeout(Duration::from_secs(10)));
     }
-    let replica_of = |stream: usize| stream % endpoints.len();
+    // The streams of one connection are consecutive; consecutive connections go to different
+    // replicas first, then to other source addresses.
+    let per_connection = usize::from(args.streams_per_connection);
+    let replica_of = |stream: usize| (stream / per_connection) % endpoints.len();
     // Connecting streams wait for a slot; a stream frees its slot once it holds its config.
     let slots = Arc::new(Semaphore::new(args.connect_concurrency));
     let connect_started = Instant::now();
+    let mut channel: Option<Channel> = None;
     for (stream, kind) in kinds.iter().copied().enumerate() {
         let slot = slots.clone().acquire_owned().await?;
-        let mut endpoint = endpoints[replica_of(stream)].clone();
-        if !args.local_addrs.is_empty() {
-            // Consecutive streams go to different replicas first, then to other sources.
-            let source = (stream / endpoints.len()) % args.local_addrs.len();
-            endpoint = endpoint.local_address(Some(args.local_addrs[source]));
+        if stream % per_connection == 0 {
+            let connection = stream / per_connection;
+            let mut endpoint = endpoints[replica_of(stream)].clone();
+            if !args.local_addrs.is_empty() {
+                let source = (connection / endpoints.len()) % args.local_addrs.len();
+                endpoint = endpoint.local_address(Some(args.local_addrs[source]));
+            }
+            // One HTTP/2 connection, made by its first stream, that its streams share.
+            channel = Some(endpoint.connect_lazy());
         }
+        let Some(channel) = channel.clone() else {
+            bail!("no connection for stream {stream}");
+        };
         let shared = shared.clone();
         match kind {
             Kind::Sotw => {
-                tokio::spawn(run_sotw(endpoint, stream, args.variants, shared, slot));
+                tokio::spawn(run_sotw(channel, stream, args.variants, shared, slot));
             }
             Kind::Delta | Kind::DeltaLocators => {
                 let shape = (args.clusters, args.variants);
-                tokio::spawn(run_delta(endpoint, stream, kind, shape, shared, slot));
+                tokio::spawn(run_delta(channel, stream, kind, shape, shared, slot));
             }
         }
     }
@@ -640,8 +655,9 @@ async fn run(args: &Args, targets: &Targets) -> anyhow::Result<()> {
         .sum();
     let per_stream_kib = over_idle * 1024.0 / args.streams as f64;
     println!(
-        "all {} streams connected and configured in {:.2} s; server RSS {} MiB ({per_stream_kib:.1} KiB per stream over idle), CPU {cpu_connected:.2} s",
+        "all {} streams ({} connections) connected and configured in {:.2} s; server RSS {} MiB ({per_stream_kib:.1} KiB per stream over idle), CPU {cpu_connected:.2} s",
         args.streams,
+        args.streams.div_ceil(per_connection),
         connect_time.as_secs_f64(),
         rss_connected
             .iter()
@@ -756,8 +772,9 @@ async fn run(args: &Args, targets: &Targets) -> anyhow::Result<()> {
         rss_end.iter().sum::<f64>(),
     );
     println!(
-        "RESULT streams={} replicas={} sync_s={:.3} kib_per_stream={per_stream_kib:.1} p50_ms={p50:.1} p99_ms={p99:.1} max_ms={max:.1} median_round_p99_ms={:.1} server_cpu_s={cpu_end:.2}",
+        "RESULT streams={} connections={} replicas={} sync_s={:.3} kib_per_stream={per_stream_kib:.1} p50_ms={p50:.1} p99_ms={p99:.1} max_ms={max:.1} median_round_p99_ms={:.1} server_cpu_s={cpu_end:.2}",
         args.streams,
+        args.streams.div_ceil(per_connection),
         targets.pids.len(),
         connect_time.as_secs_f64(),
         percentile(&round_p99s, 50.0),

@@ -302,7 +302,7 @@ fn sotw_ignores_stale_nonces_and_stops_after_an_ack() {
     ))
     .unwrap();
     assert!(m.poll(&world.snapshot).is_empty());
-    assert_eq!(m.status().lock().unwrap().types[0].subscriptions, ["web"]);
+    assert_eq!(*m.status().lock().unwrap().types[0].subscriptions, ["web"]);
     // The ACK of nonce 2: nothing more to send.
     m.on_sotw_request(sotw_request(ROUTE, &["web"], "2", &second.version_info))
         .unwrap();

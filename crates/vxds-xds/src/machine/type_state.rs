@@ -16,6 +16,7 @@ use std::collections::{BTreeMap, BTreeSet};
 use std::sync::Arc;
 
 use bytes::Bytes;
+use smallvec::SmallVec;
 use vxds_core::impact::Subscription;
 use vxds_core::xdstp::{SubscriptionName, XdstpUrl};
 use vxds_core::{ConstraintsId, ParamSet};
@@ -65,8 +66,8 @@ pub(crate) enum Missing {
 #[derive(Clone, Debug)]
 struct Locators {
     normal: Arc<str>,
-    /// Distinct, usually one.
-    params: Vec<Arc<ParamSet>>,
+    /// Distinct, usually one: held inline, so that one costs no allocation of its own.
+    params: SmallVec<[Arc<ParamSet>; 1]>,
 }
 
 #[derive(Clone, Debug)]
@@ -178,7 +179,7 @@ struct Glob {
 }
 
 /// What a stream wants of a type, for the registry: which changes concern it.
-#[derive(Clone, Debug, Default, PartialEq, Eq)]
+#[derive(Clone, Debug, Default, PartialEq, Eq, Hash)]
 pub struct Interest {
     /// Resource names in normal form, shared (`crate::intern`): the registry keeps every
     /// stream's interest.
@@ -204,8 +205,9 @@ pub(crate) struct TypeState {
 
     legacy_wildcard: bool,
     explicit_wildcard: bool,
-    /// Plain-name subscriptions: spelling → normal form.
-    names: BTreeMap<Arc<str>, String>,
+    /// Plain-name subscriptions: spelling → normal form, both shared (`crate::intern`; one
+    /// `Arc` when they are the same), so that the registry's interest takes them as they are.
+    names: BTreeMap<Arc<str>, Arc<str>>,
     /// Spellings that differ from their normal form (xdstp context parameters out of order),
     /// by normal form. A spelling in normal form is found in `names` directly.
     names_by_normal: BTreeMap<String, BTreeSet<Arc<str>>>,
@@ -309,6 +311,30 @@ impl TypeState {
         }
     }
 
+    /// Frees the bookkeeping that emptied: an emptied B-tree keeps its first node (up to
+    /// 700 bytes), and an idle stream would keep several, all empty. Called once per poll.
+    pub fn free_emptied(&mut self) {
+        fn map<K, V>(map: &mut BTreeMap<K, V>) {
+            if map.is_empty() {
+                *map = BTreeMap::new();
+            }
+        }
+        fn set<K>(set: &mut BTreeSet<K>) {
+            if set.is_empty() {
+                *set = BTreeSet::new();
+            }
+        }
+        map(&mut self.outstanding);
+        map(&mut self.removal_stamps);
+        map(&mut self.by_normal);
+        map(&mut self.glob_members);
+        set(&mut self.dirty);
+        set(&mut self.missing);
+        set(&mut self.reported_missing);
+        set(&mut self.reported_names);
+        set(&mut self.stale_normals);
+    }
+
     // ---- subscriptions -------------------------------------------------------------------
 
     pub fn subscription_count(&self) -> usize {
@@ -393,7 +419,7 @@ impl TypeState {
         }
         match params {
             None => {
-                let Some(normal) = self.names.get(name).cloned() else {
+                let Some(normal) = self.names.get(name).map(|n| n.to_string()) else {
                     return;
                 };
                 let key = ItemKey::Name(shared);
@@ -444,10 +470,10 @@ impl TypeState {
     /// parameters for the type when `params` is `None` (a plain-name subscription).
     pub fn subscribe(&mut self, name: &str, params: Option<ParamSet>) {
         let constrained = params.is_some();
-        let params_or_default = match &params {
-            Some(params) => crate::intern::params(params.clone()),
-            None => self.default_params.clone(),
-        };
+        let params = params.map(crate::intern::params);
+        let params_or_default = params
+            .clone()
+            .unwrap_or_else(|| self.default_params.clone());
         match SubscriptionName::parse(name) {
             Ok(SubscriptionName::Glob(url)) => {
                 self.globs.insert(
@@ -471,14 +497,16 @@ impl TypeState {
         }
     }
 
-    fn add_named(&mut self, spelling: &str, normal: String, params: Option<ParamSet>) {
+    fn add_named(&mut self, spelling: &str, normal: String, params: Option<Arc<ParamSet>>) {
         match params {
             None => {
-                let spelling: Arc<str> = Arc::from(spelling);
-                if self
-                    .names
-                    .insert(spelling.clone(), normal.clone())
-                    .is_none()
+                let spelling = crate::intern::name(spelling);
+                let shared_normal = if *spelling == *normal {
+                    spelling.clone()
+                } else {
+                    crate::intern::name(&normal)
+                };
+                if self.names.insert(spelling.clone(), shared_normal).is_none()
                     && *spelling != *normal
                 {
                     self.names_by_normal
@@ -488,14 +516,13 @@ impl TypeState {
                 }
             }
             Some(params) => {
-                let params = crate::intern::params(params);
                 let spelling = crate::intern::name(spelling);
                 let locators = self
                     .locators
                     .entry(spelling.clone())
                     .or_insert_with(|| Locators {
                         normal: crate::intern::name(&normal),
-                        params: Vec::new(),
+                        params: SmallVec::new(),
                     });
                 if !locators.params.contains(&params) {
                     locators.params.push(params);
@@ -529,7 +556,7 @@ impl TypeState {
         }
         match params {
             None => {
-                if let Some(normal) = self.names.remove(name) {
+                if let Some(normal) = self.names.remove(name).map(|n| n.to_string()) {
                     remove_from(&mut self.names_by_normal, &normal, name);
                     self.forget(&ItemKey::Name(Arc::from(name)));
                     self.missing.remove(&Missing::Name(name.to_owned()));
@@ -676,7 +703,7 @@ impl TypeState {
             names: self
                 .names
                 .values()
-                .map(|n| crate::intern::name(n))
+                .cloned()
                 .chain(self.locators.values().map(|l| l.normal.clone()))
                 .collect(),
             wildcard: self.wildcard(),
@@ -717,7 +744,7 @@ impl TypeState {
         let unconstrained_globs: Vec<&Glob> =
             self.globs.values().filter(|g| !g.constrained).collect();
         for normal in self.names.values() {
-            if wildcard && !self.lists.contains_key(normal) {
+            if wildcard && !self.lists.contains_key(&**normal) {
                 continue;
             }
             let in_glob = !unconstrained_globs.is_empty()
@@ -801,7 +828,7 @@ impl TypeState {
             let mut normals: BTreeSet<String> = std::mem::take(&mut self.stale_normals);
             normals.extend(self.by_normal.keys().cloned());
             normals.extend(self.desired.values().map(|i| i.resource.key.name.clone()));
-            normals.extend(self.names.values().cloned());
+            normals.extend(self.names.values().map(|n| n.to_string()));
             normals.extend(self.locators.values().map(|l| l.normal.to_string()));
             if self.wildcard() {
                 normals.extend(snapshot.of_type(&self.type_url).map(|r| r.key.name.clone()));

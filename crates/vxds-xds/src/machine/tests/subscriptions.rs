@@ -91,7 +91,7 @@ fn delta_legacy_wildcard_continues_when_names_are_subscribed() {
     m.on_delta_request(delta_request(CLUSTER, &[], &["*"], ""))
         .unwrap();
     let status = m.status().lock().unwrap().types[0].clone();
-    assert_eq!(status.subscriptions, ["od"]);
+    assert_eq!(*status.subscriptions, ["od"]);
 }
 
 #[test]

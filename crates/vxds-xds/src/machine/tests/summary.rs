@@ -143,3 +143,35 @@ fn a_list_collection_stands_for_its_stored_collection_and_its_members() {
         ]
     );
 }
+
+#[test]
+fn streams_that_subscribe_alike_share_their_summary_and_descriptions() {
+    let subscribe = |env: &str| {
+        let mut m = delta_machine();
+        let mut request = delta_request(ROUTE, &["web"], &[], "");
+        request.node = Some(node_with(ROUTE, &[("env", "prod")]));
+        request.resource_locators_subscribe = vec![ResourceLocator {
+            name: "api".into(),
+            dynamic_parameters: [("env".to_owned(), env.to_owned())].into(),
+        }];
+        m.on_delta_request(request).unwrap();
+        m
+    };
+    let (a, b, other) = (subscribe("test"), subscribe("test"), subscribe("dev"));
+    let route = |m: &StreamMachine| {
+        let status = m.status();
+        let status = status.lock().unwrap();
+        let t = status.types.iter().find(|t| t.type_url == ROUTE).unwrap();
+        (
+            t.summary.clone(),
+            t.subscriptions.clone(),
+            t.param_sources.clone(),
+        )
+    };
+    let (a, b, other) = (route(&a), route(&b), route(&other));
+    assert!(Arc::ptr_eq(&a.0, &b.0) && Arc::ptr_eq(&a.1, &b.1) && Arc::ptr_eq(&a.2, &b.2));
+    // Other parameters: another summary and description, equal sources.
+    assert!(!Arc::ptr_eq(&a.0, &other.0) && !Arc::ptr_eq(&a.1, &other.1));
+    assert!(Arc::ptr_eq(&a.2, &other.2));
+    assert_eq!(a.1.len(), 2, "{:?}", a.1);
+}
