@@ -86,24 +86,47 @@ pub(crate) fn name(name: &str) -> Arc<str> {
     NAMES.intern(name)
 }
 
+/// Values derived from a stream's subscriptions are shared only up to this many entries.
+/// Streams alike are fleets of proxies with a handful of subscriptions each; a client with
+/// thousands (on-demand CDS) is unlike any other, and interning its value would only cost a
+/// hash of it under the table's lock and keep each replaced copy until the next sweep.
+const MAX_SHARED_ENTRIES: usize = 64;
+
+/// The shared copy of `value` when it is small (`entries`), else a private one.
+fn small<T: ?Sized + Eq + Hash, Q: Borrow<T> + Into<Arc<T>>>(
+    interner: &Interner<T>,
+    entries: usize,
+    value: Q,
+) -> Arc<T> {
+    if entries > MAX_SHARED_ENTRIES {
+        return value.into();
+    }
+    interner.intern(value)
+}
+
 /// The shared copy of a type's subscriptions as operators read them (`/v1/clients`).
 pub(crate) fn descriptions(descriptions: Vec<String>) -> Arc<[String]> {
-    DESCRIPTIONS.intern(descriptions)
+    small(&DESCRIPTIONS, descriptions.len(), descriptions)
 }
 
 /// The shared copy of a type's subscriptions grouped for the client summary.
 pub(crate) fn summary(groups: Vec<SubscriptionGroup>) -> Arc<[SubscriptionGroup]> {
-    SUMMARIES.intern(groups)
+    let entries = groups.iter().map(|g| g.subscriptions.len()).sum();
+    small(&SUMMARIES, entries, groups)
 }
 
 /// The shared copy of where a stream's parameters came from.
 pub(crate) fn param_sources(sources: ParamSources) -> Arc<ParamSources> {
-    SOURCES.intern(sources)
+    small(&SOURCES, sources.len(), sources)
 }
 
 /// The shared copy of a stream's interest, as the registry keeps it.
 pub(crate) fn interest(interest: StreamInterest) -> Arc<StreamInterest> {
-    INTERESTS.intern(interest)
+    let entries = interest
+        .values()
+        .map(|i| i.names.len() + i.collections.len() + 1)
+        .sum();
+    small(&INTERESTS, entries, interest)
 }
 
 #[cfg(test)]
@@ -139,5 +162,16 @@ mod tests {
             let n = format!("kept-{i}");
             assert!(Arc::ptr_eq(k, &interner.intern(n.as_str())));
         }
+    }
+
+    #[test]
+    fn large_values_are_kept_private() {
+        let few: Vec<String> = (0..3).map(|i| format!("n{i}")).collect();
+        let many: Vec<String> = (0..=MAX_SHARED_ENTRIES).map(|i| format!("n{i}")).collect();
+        assert!(Arc::ptr_eq(&descriptions(few.clone()), &descriptions(few)));
+        assert!(!Arc::ptr_eq(
+            &descriptions(many.clone()),
+            &descriptions(many)
+        ));
     }
 }

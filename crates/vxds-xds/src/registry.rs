@@ -231,13 +231,15 @@ impl Registry {
 
     pub fn register(self: &Arc<Self>, id: u64, status: Arc<Mutex<ClientStatus>>) -> Registration {
         let inbox = Arc::new(Inbox::default());
+        // Outside the registry's lock: interning takes the interner's.
+        let nothing = crate::intern::interest(StreamInterest::new());
         if let Ok(mut indexes) = self.indexes.lock() {
             indexes.streams.insert(
                 id,
                 Entry {
                     inbox: inbox.clone(),
                     status,
-                    interest: crate::intern::interest(StreamInterest::new()),
+                    interest: nothing,
                 },
             );
         }

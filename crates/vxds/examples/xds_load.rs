@@ -613,21 +613,23 @@ async fn run(args: &Args, targets: &Targets) -> anyhow::Result<()> {
     // Connecting streams wait for a slot; a stream frees its slot once it holds its config.
     let slots = Arc::new(Semaphore::new(args.connect_concurrency));
     let connect_started = Instant::now();
-    let mut channel: Option<Channel> = None;
+    let mut connection: Option<Channel> = None;
     for (stream, kind) in kinds.iter().copied().enumerate() {
         let slot = slots.clone().acquire_owned().await?;
-        if stream % per_connection == 0 {
-            let connection = stream / per_connection;
-            let mut endpoint = endpoints[replica_of(stream)].clone();
-            if !args.local_addrs.is_empty() {
-                let source = (connection / endpoints.len()) % args.local_addrs.len();
-                endpoint = endpoint.local_address(Some(args.local_addrs[source]));
+        let channel = match &connection {
+            Some(shared) if stream % per_connection != 0 => shared.clone(),
+            _ => {
+                let mut endpoint = endpoints[replica_of(stream)].clone();
+                if !args.local_addrs.is_empty() {
+                    let nth = stream / per_connection;
+                    let source = (nth / endpoints.len()) % args.local_addrs.len();
+                    endpoint = endpoint.local_address(Some(args.local_addrs[source]));
+                }
+                // One HTTP/2 connection, made by its first stream, that its streams share.
+                let channel = endpoint.connect_lazy();
+                connection = Some(channel.clone());
+                channel
             }
-            // One HTTP/2 connection, made by its first stream, that its streams share.
-            channel = Some(endpoint.connect_lazy());
-        }
-        let Some(channel) = channel.clone() else {
-            bail!("no connection for stream {stream}");
         };
         let shared = shared.clone();
         match kind {
