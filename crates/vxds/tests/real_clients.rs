@@ -86,18 +86,30 @@ fn python_with_grpcio() -> PathBuf {
 
 /// A port nothing listens on now, and never the same twice in this process: the tests run in
 /// parallel, and Envoy binds its listeners with SO_REUSEPORT, so two tests handed the same port
-/// would each reach the other's Envoy.
+/// would each reach the other's Envoy. Taken below the kernel's ephemeral range: a port from
+/// that range, free when checked, was once given to an outgoing connection before Envoy bound
+/// it (seconds later, once LDS arrived), and the listener was refused. Below the range the
+/// kernel never hands a port out by itself.
 fn free_port() -> u16 {
-    static HANDED_OUT: std::sync::Mutex<Vec<u16>> = std::sync::Mutex::new(Vec::new());
+    use std::sync::atomic::{AtomicU32, Ordering};
+    static NEXT: AtomicU32 = AtomicU32::new(0);
+    const SPAN: u32 = 10_000;
+    let ephemeral_low: u32 = std::fs::read_to_string("/proc/sys/net/ipv4/ip_local_port_range")
+        .ok()
+        .and_then(|range| range.split_whitespace().next()?.parse().ok())
+        .unwrap_or(32_768);
+    assert!(
+        ephemeral_low > SPAN + 1024,
+        "the ephemeral port range starts at {ephemeral_low}: no room below it for test ports"
+    );
+    let first = ephemeral_low - SPAN;
+    // Test processes running at once start at different places.
+    let offset = std::process::id().wrapping_mul(7_919) % SPAN;
     loop {
-        let port = TcpListener::bind("127.0.0.1:0")
-            .unwrap()
-            .local_addr()
-            .unwrap()
-            .port();
-        let mut handed_out = HANDED_OUT.lock().unwrap();
-        if !handed_out.contains(&port) {
-            handed_out.push(port);
+        let n = NEXT.fetch_add(1, Ordering::Relaxed);
+        assert!(n < SPAN, "no free port left below {ephemeral_low}");
+        let port = u16::try_from(first + (offset + n) % SPAN).expect("below 65536");
+        if TcpListener::bind(("127.0.0.1", port)).is_ok() {
             return port;
         }
     }
