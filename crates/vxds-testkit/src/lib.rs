@@ -7,6 +7,7 @@
 //! stands between a store and Postgres for tests of a database that goes away.
 #![forbid(unsafe_code)]
 
+pub mod ports;
 pub mod proxy;
 pub mod serve;
 

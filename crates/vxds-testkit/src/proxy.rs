@@ -21,7 +21,14 @@ pub struct TcpProxy {
 impl TcpProxy {
     /// A proxy to `target` on a fresh loopback port, running.
     pub async fn start(target: SocketAddr) -> std::io::Result<TcpProxy> {
-        let listener = TcpListener::bind("127.0.0.1:0").await?;
+        // Not an ephemeral port: once stopped, a connection to it must be refused, and an
+        // ephemeral one could meanwhile go to another listener or connect to itself.
+        let listener = loop {
+            match TcpListener::bind(("127.0.0.1", crate::ports::free_port())).await {
+                Err(e) if e.kind() == std::io::ErrorKind::AddrInUse => continue,
+                bound => break bound?,
+            }
+        };
         let proxy = TcpProxy {
             addr: listener.local_addr()?,
             target,

@@ -30,12 +30,16 @@ mod protocol;
 #[path = "real_clients/ttl.rs"]
 mod ttl;
 
-use std::net::TcpListener;
 use std::path::{Path, PathBuf};
 use std::process::{Child, Command, Stdio};
 use std::time::{Duration, Instant};
 
 use serde_json::{Value, json};
+// Ports for Envoy's listeners: never the same twice in this process (the tests run in
+// parallel, and Envoy binds with SO_REUSEPORT, so two tests handed one port would reach each
+// other's Envoy), and below the ephemeral range, so still free when Envoy binds them seconds
+// later.
+use vxds_testkit::ports::free_port;
 use vxds_testkit::serve::{ServeProcess, print_tail};
 
 const ROUTE: &str = "type.googleapis.com/envoy.config.route.v3.RouteConfiguration";
@@ -82,37 +86,6 @@ fn python_with_grpcio() -> PathBuf {
         python.display()
     );
     python
-}
-
-/// A port nothing listens on now, and never the same twice in this process: the tests run in
-/// parallel, and Envoy binds its listeners with SO_REUSEPORT, so two tests handed the same port
-/// would each reach the other's Envoy. Taken below the kernel's ephemeral range: a port from
-/// that range, free when checked, was once given to an outgoing connection before Envoy bound
-/// it (seconds later, once LDS arrived), and the listener was refused. Below the range the
-/// kernel never hands a port out by itself.
-fn free_port() -> u16 {
-    use std::sync::atomic::{AtomicU32, Ordering};
-    static NEXT: AtomicU32 = AtomicU32::new(0);
-    const SPAN: u32 = 10_000;
-    let ephemeral_low: u32 = std::fs::read_to_string("/proc/sys/net/ipv4/ip_local_port_range")
-        .ok()
-        .and_then(|range| range.split_whitespace().next()?.parse().ok())
-        .unwrap_or(32_768);
-    assert!(
-        ephemeral_low > SPAN + 1024,
-        "the ephemeral port range starts at {ephemeral_low}: no room below it for test ports"
-    );
-    let first = ephemeral_low - SPAN;
-    // Test processes running at once start at different places.
-    let offset = std::process::id().wrapping_mul(7_919) % SPAN;
-    loop {
-        let n = NEXT.fetch_add(1, Ordering::Relaxed);
-        assert!(n < SPAN, "no free port left below {ephemeral_low}");
-        let port = u16::try_from(first + (offset + n) % SPAN).expect("below 65536");
-        if TcpListener::bind(("127.0.0.1", port)).is_ok() {
-            return port;
-        }
-    }
 }
 
 /// A child process killed when the test ends, whose log is printed if the test fails.
