@@ -156,6 +156,10 @@ async fn cli_encoding_round_trips_any_name(db: TestDb) {
         let Ok(normal) = vxds_core::xdstp::normalize(&name) else {
             return Err(TestCaseError::reject("not a valid xdstp name"));
         };
+        // Refused on write: no URL path can carry them (`dot_segment_names_are_refused`).
+        if name == "." || name == ".." {
+            return Err(TestCaseError::reject("a URL dot-segment"));
+        }
         let normal = normal.into_owned();
         let path = format!("/v1/resources/route/{}", path_segment(&name));
         let (put, got) = tokio::task::block_in_place(|| {

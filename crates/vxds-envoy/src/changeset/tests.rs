@@ -130,6 +130,23 @@ fn ttl_is_validated_and_versioned() {
 }
 
 #[test]
+fn dot_segment_names_are_refused() {
+    // A client normalises `/v1/resources/route/.` to `/v1/resources/route/`: no URL reaches them.
+    let errors = problems(vec![
+        put("route", ".", vec![(json!(null), route("."))]),
+        put("route", "..", vec![(json!(null), route(".."))]),
+        put("route", "...", vec![(json!(null), route("..."))]),
+    ]);
+    assert_eq!(
+        errors,
+        vec![
+            ("/operations/0/name".into(), "invalid_name".into()),
+            ("/operations/1/name".into(), "invalid_name".into()),
+        ]
+    );
+}
+
+#[test]
 fn reports_every_problem_with_its_pointer() {
     let errors = problems(vec![
         put("nope", "x", vec![(json!(null), route("x"))]),

@@ -83,6 +83,16 @@ impl Validator<'_> {
             ));
             return None;
         }
+        if name == "." || name == ".." {
+            self.error(fail(
+                "invalid_name",
+                format!(
+                    "the name `{name}` is a URL dot-segment: HTTP clients remove it from a path, \
+                     so the admin API could never address the resource"
+                ),
+            ));
+            return None;
+        }
         let options = ty.message_name() == crate::collections::LIST_COLLECTION_OPTIONS;
         match ResourceName::parse(name) {
             Ok(ResourceName::Opaque(_)) if options => {
