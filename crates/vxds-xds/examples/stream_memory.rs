@@ -180,6 +180,8 @@ fn measure(
         for response in responses {
             machine.on_delta_request(ack(response)).expect("an ACK");
         }
+        // As the service does after every request: nothing more to send here.
+        assert!(machine.poll(&snapshot).is_empty(), "nothing left to send");
     }
     responses.clear();
     responses.shrink_to_fit();

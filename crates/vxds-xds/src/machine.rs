@@ -462,17 +462,14 @@ impl StreamMachine {
             }
         }
         for (name, params) in subscribe {
-            let subscribed = ty.is_subscribed(name, Some(&params));
-            if first {
-                if !subscribed {
-                    ty.subscribe(name, Some(params));
-                }
-                continue;
+            // The first request is never a resend: its parameters move into the subscription.
+            let resend = (!first).then(|| params.clone());
+            if !ty.is_subscribed(name, Some(&params)) {
+                ty.subscribe(name, Some(params));
             }
-            if !subscribed {
-                ty.subscribe(name, Some(params.clone()));
+            if let Some(params) = resend {
+                ty.resend(name, Some(&params));
             }
-            ty.resend(name, Some(&params));
         }
         for name in &request.resource_names_unsubscribe {
             if name == "*" {

@@ -95,10 +95,6 @@ impl TypeState {
         client_version: &str,
     ) -> Option<Ack> {
         let answered = self.outstanding.remove(nonce)?;
-        if self.outstanding.is_empty() {
-            // An emptied map keeps its first node: most streams idle with nothing in flight.
-            self.outstanding = BTreeMap::new();
-        }
         let version = answered.version;
         Some(match error {
             Some(message) => {
