@@ -11,6 +11,7 @@ mod yaml;
 use std::sync::Arc;
 use std::sync::atomic::{AtomicBool, Ordering};
 
+use axum::body::Bytes;
 use axum::extract::{FromRequest, Request};
 use axum::http::{HeaderValue, header};
 use axum::middleware::Next;
@@ -93,6 +94,7 @@ impl<T: DeserializeOwned> FromRequest<AdminState> for Payload<T> {
             })?),
         };
         let format = format_of(content_type)?;
+        let content_type = content_type.map(str::to_owned);
         let marker = request.extensions().get::<ReadFormAsJson>().cloned();
         let limit = state.body_limit;
         let declared = request
@@ -115,39 +117,56 @@ impl<T: DeserializeOwned> FromRequest<AdminState> for Payload<T> {
                     }
                 }
             })?;
-        if bytes.iter().all(u8::is_ascii_whitespace) {
-            return Err(ApiError::BadRequest {
-                detail: "the request needs a body".into(),
-                errors: vec![],
-            });
+        if format == Format::Form
+            && holds_json(&bytes)
+            && let Some(marker) = marker
+        {
+            marker.0.store(true, Ordering::Relaxed);
         }
-        if format == Format::Form {
-            let first = bytes.iter().find(|b| !b.is_ascii_whitespace());
-            if !matches!(first, Some(b'{' | b'[')) {
-                return Err(ApiError::UnsupportedMediaType(
-                    "an application/x-www-form-urlencoded body is read only when it holds JSON \
-                     (what curl -d sends); send application/json or application/yaml"
-                        .into(),
-                ));
-            }
-            if let Some(marker) = marker {
-                marker.0.store(true, Ordering::Relaxed);
-            }
-        }
-        match format {
-            // Straight from the text into `T`: no tree of the whole document, whose nodes
-            // would take many times the body's size.
-            Format::Json | Format::Form => parse_json(&bytes).map(Payload),
-            Format::Yaml => {
-                let value = yaml::to_value(&bytes).map_err(|e| ApiError::BadRequest {
-                    detail: e.to_string(),
-                    errors: vec![ProblemItem::new("", e.code(), e.to_string())],
-                })?;
-                drop(bytes);
-                parse_value(value).map(Payload)
-            }
+        read_body(content_type.as_deref(), bytes).map(Payload)
+    }
+}
+
+/// `T` from a whole request body of `content_type`: what every endpoint that takes a body
+/// does once the bytes are in (and what the fuzz target `changeset_body` drives). The body is
+/// dropped as soon as it is no longer needed.
+pub fn read_body<T: DeserializeOwned>(
+    content_type: Option<&str>,
+    bytes: Bytes,
+) -> Result<T, ApiError> {
+    let format = format_of(content_type)?;
+    if bytes.iter().all(u8::is_ascii_whitespace) {
+        return Err(ApiError::BadRequest {
+            detail: "the request needs a body".into(),
+            errors: vec![],
+        });
+    }
+    if format == Format::Form && !holds_json(&bytes) {
+        return Err(ApiError::UnsupportedMediaType(
+            "an application/x-www-form-urlencoded body is read only when it holds JSON \
+             (what curl -d sends); send application/json or application/yaml"
+                .into(),
+        ));
+    }
+    match format {
+        // Straight from the text into `T`: no tree of the whole document, whose nodes
+        // would take many times the body's size.
+        Format::Json | Format::Form => parse_json(&bytes),
+        Format::Yaml => {
+            let value = yaml::to_value(&bytes).map_err(|e| ApiError::BadRequest {
+                detail: e.to_string(),
+                errors: vec![ProblemItem::new("", e.code(), e.to_string())],
+            })?;
+            drop(bytes);
+            parse_value(value)
         }
     }
+}
+
+/// Whether a form-typed body is JSON (an object or an array), as `curl -d '{...}'` sends it.
+fn holds_json(bytes: &[u8]) -> bool {
+    let first = bytes.iter().find(|b| !b.is_ascii_whitespace());
+    matches!(first, Some(b'{' | b'['))
 }
 
 /// `T` from JSON text: a syntax error is a 400 `invalid_json`, a mismatch a 400 naming the

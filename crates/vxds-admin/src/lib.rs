@@ -38,6 +38,7 @@ use utoipa_axum::routes;
 use vxds_store::{Index, Store};
 
 pub use auth::{Scope, TokenFileError, Tokens};
+pub use body::read_body;
 pub use export::REVISION_HEADER;
 pub use metrics::AdminMetrics;
 pub use origin::{OriginConfigError, OriginPolicy};

@@ -247,7 +247,9 @@ impl XdstpUrn {
                 "a resource name cannot be a glob",
             ));
         }
-        Ok(Self { parts })
+        let urn = Self { parts };
+        parse::check_normal_len(&urn)?;
+        Ok(urn)
     }
 
     part_accessors!();
@@ -595,6 +597,36 @@ mod tests {
             XdstpUrn::parse(&long).unwrap_err().component,
             Component::Name
         );
+    }
+
+    #[test]
+    fn the_normal_form_keeps_within_the_length_limit() {
+        // Found by the fuzz target `xdstp_name`: a name within the limit whose normal form is
+        // not (each `~` becomes `%7E`) was accepted, so the name it was stored under, and the
+        // one Envoy sends back, could not be parsed again.
+        let prefix = format!("xdstp://a/{LISTENER}/");
+        let fill = "x".repeat(MAX_NAME_LEN - prefix.len() - 8);
+        let name = format!("{prefix}{fill}{}", "~".repeat(8));
+        assert_eq!(name.len(), MAX_NAME_LEN);
+        for err in [
+            XdstpUrn::parse(&name).unwrap_err(),
+            XdstpUrl::parse(&name).unwrap_err(),
+            normalize(&name).unwrap_err(),
+            XdstpUrn::new("a", LISTENER, format!("{fill}~~~~~~~~"), BTreeMap::new()).unwrap_err(),
+        ] {
+            assert_eq!(err.component, Component::Name, "{err}");
+            assert_eq!(err.code(), "invalid_xdstp_name");
+            assert!(
+                err.to_string()
+                    .contains("normal form is 8208 bytes long; the limit is 8192"),
+                "{err}"
+            );
+        }
+        // Where the normal form just fits, it parses back to the same name.
+        let fits = format!("{prefix}{fill}~~");
+        let normal = normalize(&fits).unwrap();
+        assert_eq!(normal.len(), MAX_NAME_LEN - 2);
+        assert_eq!(urn(&normal), urn(&fits));
     }
 
     #[test]

@@ -296,9 +296,12 @@ impl Parser<'_> {
         let mut hex = String::new();
         for (_, c) in chars.by_ref() {
             if c == '}' {
+                // `from_str_radix` would also take a sign (`\u{+41}`).
+                let digits =
+                    (1..=6).contains(&hex.len()) && hex.chars().all(|c| c.is_ascii_hexdigit());
                 return u32::from_str_radix(&hex, 16)
                     .ok()
-                    .filter(|_| !hex.is_empty() && hex.len() <= 6)
+                    .filter(|_| digits)
                     .and_then(char::from_u32)
                     .ok_or_else(bad);
             }
@@ -833,5 +836,19 @@ mod tests {
                 .to_string()
                 .contains("control character")
         );
+    }
+
+    #[test]
+    fn unicode_escapes_take_hex_digits_only() {
+        // Noticed while writing the `constraint_text` fuzz target: hex digits only, where
+        // `from_str_radix` alone would read `+41` as 0x41.
+        for escape in ["+41", "-41", "", "1234567", "d800", "x"] {
+            let text = format!("k = \"\\u{{{escape}}}\"");
+            assert!(
+                err(&text).to_string().contains("valid code point"),
+                "{text}"
+            );
+        }
+        assert_eq!(parse(r#"k = "\u{41}""#).root(), Some(&eq("k", "A")));
     }
 }

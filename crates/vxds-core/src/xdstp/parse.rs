@@ -50,7 +50,36 @@ pub(super) fn parse_url(name: &str, alt_depth: usize) -> Result<XdstpUrl, NameEr
         Some(fragment) => parse_directives(fragment, alt_depth)?,
         None => Vec::new(),
     };
-    Ok(XdstpUrl { parts, directives })
+    let url = XdstpUrl { parts, directives };
+    check_normal_len(&url)?;
+    Ok(url)
+}
+
+/// The limit holds for the normal form too: escaping can make it longer than the name as
+/// given (`~` is `%7E`, `é` is `%C3%A9`), and a name vxds keys or sends in normal form must
+/// parse again.
+pub(super) fn check_normal_len(name: &impl std::fmt::Display) -> Result<(), NameError> {
+    /// Counts what is written, so the check builds no string.
+    struct Count(usize);
+    impl std::fmt::Write for Count {
+        fn write_str(&mut self, s: &str) -> std::fmt::Result {
+            self.0 += s.len();
+            Ok(())
+        }
+    }
+    let mut count = Count(0);
+    // Writing to a counter cannot fail.
+    let _ = std::fmt::write(&mut count, format_args!("{name}"));
+    if count.0 > MAX_NAME_LEN {
+        return Err(NameError::malformed(
+            Component::Name,
+            format!(
+                "its normal form is {} bytes long; the limit is {MAX_NAME_LEN}",
+                count.0
+            ),
+        ));
+    }
+    Ok(())
 }
 
 /// Rules on decoded parts, shared by parsing and [`XdstpUrn::new`].

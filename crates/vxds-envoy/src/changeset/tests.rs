@@ -232,6 +232,40 @@ fn json_constraint_errors_point_inside_the_constraints() {
 }
 
 #[test]
+fn pointers_name_fields_as_the_request_spells_them() {
+    // Found by the fuzz target `changeset_body`: proto3 JSON takes `notConstraints` for
+    // `not_constraints` (and `edsClusterConfig` for `eds_cluster_config`), and the pointers
+    // named the protobuf field, a key the request did not hold.
+    let cluster = json!({
+        "@type": "type.googleapis.com/envoy.config.cluster.v3.Cluster",
+        "name": "c",
+        "type": "EDS",
+        "edsClusterConfig": {"serviceName": "c"},
+    });
+    let errors = problems(vec![put(
+        "cluster",
+        "c",
+        vec![(
+            json!({"notConstraints": {"constraint": {"key": "env", "value": "a\u{7f}"}}}),
+            cluster,
+        )],
+    )]);
+    assert_eq!(
+        errors,
+        vec![
+            (
+                "/operations/0/variants/0/constraints/notConstraints/constraint/value".into(),
+                "control_character".into()
+            ),
+            (
+                "/operations/0/variants/0/resource/edsClusterConfig/eds_config".into(),
+                "missing_field".into()
+            ),
+        ]
+    );
+}
+
+#[test]
 fn xdstp_names_are_normalised_and_checked() {
     let name = "xdstp://auth/envoy.config.route.v3.RouteConfiguration/r?b=2&a=1";
     let ok = run(vec![put("route", name, vec![(json!(null), route(name))])]).unwrap();

@@ -330,7 +330,8 @@ impl Validator<'_> {
                 // Limit errors carry a pointer inside the constraints message.
                 let pointer = match &e {
                     crate::constraints::ConstraintsJsonError::Invalid(inner) => {
-                        Pointer::parse(&inner.path).map_or(at.clone(), |p| at.join(&p))
+                        Pointer::parse(&inner.path)
+                            .map_or(at.clone(), |p| at.join(&p.spelled_as_in(json)))
                     }
                     crate::constraints::ConstraintsJsonError::Json(_) => at.clone(),
                 };
@@ -367,10 +368,16 @@ impl Validator<'_> {
         j: usize,
         at: &Pointer,
     ) -> Option<(Body, Option<Vec<String>>)> {
+        // The rules point with protobuf field names; the request may spell them as proto3
+        // JSON names. Read as a tree only when a problem needs it.
+        let doc = std::cell::OnceCell::new();
+        let within = |pointer: &Pointer| {
+            at.join(&pointer.spelled_as_in(doc.get_or_init(|| json.to_value())))
+        };
         let body = match Body::from_json(json.get(), ty) {
             Ok(body) => body,
             Err(e) => {
-                self.error(Problem::new(at.join(&e.pointer), e.code, e.message).at(i, Some(j)));
+                self.error(Problem::new(within(&e.pointer), e.code, e.message).at(i, Some(j)));
                 return None;
             }
         };
@@ -388,19 +395,19 @@ impl Validator<'_> {
                 (Some(_), None) => Ok(()),
             };
             if let Err(e) = checked {
-                self.error(Problem::new(at.join(&e.pointer), e.code, e.message).at(i, Some(j)));
+                self.error(Problem::new(within(&e.pointer), e.code, e.message).at(i, Some(j)));
                 return None;
             }
             return Some((body, None));
         }
         let mut ok = true;
         for e in crate::collections::check_handed_out_names(body.message()) {
-            self.error(Problem::new(at.join(&e.pointer), e.code, e.message).at(i, Some(j)));
+            self.error(Problem::new(within(&e.pointer), e.code, e.message).at(i, Some(j)));
             ok = false;
         }
         if let Some(member) = crate::collections::member_type(ty.message_name()) {
             for e in crate::collections::check_stored_collection(body.message(), member) {
-                self.error(Problem::new(at.join(&e.pointer), e.code, e.message).at(i, Some(j)));
+                self.error(Problem::new(within(&e.pointer), e.code, e.message).at(i, Some(j)));
                 ok = false;
             }
         }
@@ -422,7 +429,12 @@ impl Validator<'_> {
                     )
                 };
                 self.error(
-                    Problem::new(at.push(field.name()), "name_mismatch", message).at(i, Some(j)),
+                    Problem::new(
+                        within(&Pointer::root().push(field.name())),
+                        "name_mismatch",
+                        message,
+                    )
+                    .at(i, Some(j)),
                 );
                 ok = false;
             }
@@ -431,12 +443,12 @@ impl Validator<'_> {
         if ty.message_name() == CLUSTER {
             let report = rules::check_cluster(&body);
             for e in report.errors {
-                self.error(Problem::new(at.join(&e.pointer), e.code, e.message).at(i, Some(j)));
+                self.error(Problem::new(within(&e.pointer), e.code, e.message).at(i, Some(j)));
                 ok = false;
             }
             for w in report.warnings {
                 self.warnings
-                    .push(Problem::new(at.join(&w.pointer), w.code, w.message).at(i, Some(j)));
+                    .push(Problem::new(within(&w.pointer), w.code, w.message).at(i, Some(j)));
             }
             aggregate = report.aggregate_children;
         }
