@@ -111,6 +111,17 @@ pub struct RequestOutcome {
     pub nacks: Vec<String>,
     /// The subscriptions changed: the registry needs the new interest.
     pub interest_changed: bool,
+    /// The request named a type URL that is no message of the Envoy API: it was ignored.
+    /// `first` when this stream had not asked for it before (it is logged once).
+    pub unknown_type: Option<UnknownType>,
+}
+
+/// A request for a type the server does not know (see [`RequestOutcome::unknown_type`]).
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct UnknownType {
+    /// As the client sent it, cut to [`crate::status::MAX_UNKNOWN_TYPE_LEN`] bytes.
+    pub type_url: String,
+    pub first: bool,
 }
 
 #[derive(Debug)]
@@ -278,28 +289,50 @@ impl StreamMachine {
         }
     }
 
-    fn type_url<'a>(&self, requested: &'a str) -> Result<&'a str, Status> {
+    /// The type a request is for; `None` for a type URL that names no message of the Envoy
+    /// API on ADS: such a request is ignored and the stream lives (grpc-go's rule; ending the
+    /// stream would make the client reconnect at once, in a loop, with a full push each time).
+    fn type_url<'a>(&self, requested: &'a str) -> Result<Option<&'a str>, Status> {
         match self.service.type_url {
             None if requested.is_empty() => {
                 Err(Status::invalid_argument("type_url is required on ADS"))
             }
-            None if self.types.contains_key(requested) => Ok(requested),
+            None if self.types.contains_key(requested) => Ok(Some(requested)),
             None => {
                 let known = requested
                     .strip_prefix(vxds_envoy::resource::TYPE_URL_PREFIX)
                     .is_some_and(|name| vxds_envoy::descriptors::message(name).is_some());
-                if !known {
-                    return Err(Status::invalid_argument(format!(
-                        "type_url {requested:?} names no message of the Envoy API \
-                         (expected type.googleapis.com/<message>)"
-                    )));
-                }
-                Ok(requested)
+                Ok(known.then_some(requested))
             }
-            Some(fixed) if requested.is_empty() || requested == fixed => Ok(fixed),
+            Some(fixed) if requested.is_empty() || requested == fixed => Ok(Some(fixed)),
             Some(fixed) => Err(Status::invalid_argument(format!(
                 "this service serves {fixed}, not {requested}"
             ))),
+        }
+    }
+
+    /// A request for a type the server does not know: recorded in the stream's status (the
+    /// first few), never answered.
+    fn unknown_type(&mut self, requested: &str) -> RequestOutcome {
+        use crate::status::{MAX_UNKNOWN_TYPE_LEN, MAX_UNKNOWN_TYPES};
+        let mut end = requested.len().min(MAX_UNKNOWN_TYPE_LEN);
+        while !requested.is_char_boundary(end) {
+            end -= 1;
+        }
+        let type_url = requested[..end].to_owned();
+        let first = match self.status.lock() {
+            Ok(mut status) if !status.unknown_types.contains(&type_url) => {
+                let room = status.unknown_types.len() < MAX_UNKNOWN_TYPES;
+                if room {
+                    status.unknown_types.push(type_url.clone());
+                }
+                room
+            }
+            _ => false,
+        };
+        RequestOutcome {
+            unknown_type: Some(UnknownType { type_url, first }),
+            ..Default::default()
         }
     }
 
@@ -337,7 +370,9 @@ impl StreamMachine {
     /// A SotW request.
     pub fn on_sotw_request(&mut self, request: DiscoveryRequest) -> Result<RequestOutcome, Status> {
         self.update_node(request.node.as_ref());
-        let type_url = self.type_url(&request.type_url)?.to_owned();
+        let Some(type_url) = self.type_url(&request.type_url)?.map(str::to_owned) else {
+            return Ok(self.unknown_type(&request.type_url));
+        };
         let mut outcome = RequestOutcome::default();
         let status = self.status.clone();
         let locators: Vec<(String, vxds_core::ParamSet)> = request
@@ -403,7 +438,9 @@ impl StreamMachine {
         request: DeltaDiscoveryRequest,
     ) -> Result<RequestOutcome, Status> {
         self.update_node(request.node.as_ref());
-        let type_url = self.type_url(&request.type_url)?.to_owned();
+        let Some(type_url) = self.type_url(&request.type_url)?.map(str::to_owned) else {
+            return Ok(self.unknown_type(&request.type_url));
+        };
         let mut outcome = RequestOutcome::default();
         let status = self.status.clone();
         let subscribe: Vec<(&str, vxds_core::ParamSet)> = request

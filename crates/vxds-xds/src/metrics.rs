@@ -44,6 +44,9 @@ pub struct XdsMetrics {
     pub heartbeats: Family<TypeLabels, Counter>,
     /// Seconds from a revision's commit to a response carrying it.
     pub push_latency: Histogram,
+    /// Requests ignored for naming a type URL the server does not know. Not labelled by type:
+    /// the client chooses it.
+    pub unknown_type_requests: Counter,
 }
 
 impl XdsMetrics {
@@ -59,6 +62,7 @@ impl XdsMetrics {
             nacks: Family::default(),
             heartbeats: Family::default(),
             push_latency: Histogram::new(exponential_buckets(0.001, 2.0, 16)),
+            unknown_type_requests: Counter::default(),
         };
         registry.register(
             "vxds_xds_connections",
@@ -109,6 +113,11 @@ impl XdsMetrics {
             "vxds_xds_push_latency_seconds",
             "From a revision's commit to the response that carries it",
             metrics.push_latency.clone(),
+        );
+        registry.register(
+            "vxds_xds_unknown_type_requests",
+            "Requests ignored for naming a type URL that is no message of the Envoy API",
+            metrics.unknown_type_requests.clone(),
         );
         metrics
     }

@@ -503,6 +503,12 @@ async fn run_stream<Req, Resp>(
                         if events.is_watched() {
                             publish_answers(events, &machine, &outcome);
                         }
+                        if let Some(unknown) = &outcome.unknown_type {
+                            shared.metrics.unknown_type_requests.inc();
+                            if unknown.first {
+                                warn!(stream = id, node = ?machine.node().map(|n| n.id.clone()), type_url = %unknown.type_url, "ignoring requests for a type URL that names no message of the Envoy API");
+                            }
+                        }
                         for type_url in outcome.acks {
                             shared.metrics.acks.get_or_create(&TypeLabels { type_url }).inc();
                         }

@@ -33,7 +33,17 @@ pub struct ClientStatus {
     /// sends for the same keys, in every source.
     pub trusted_params: BTreeMap<String, String>,
     pub types: Vec<TypeStatus>,
+    /// Type URLs the client asked for that name no message of the Envoy API: not answered
+    /// (the stream lives, as grpc-go ignores types it does not know). The first 16, each cut to
+    /// 256 bytes; the metric `vxds_xds_unknown_type_requests` counts them all.
+    #[serde(skip_serializing_if = "Vec::is_empty")]
+    pub unknown_types: Vec<String>,
 }
+
+/// Unknown type URLs recorded per stream: a client may invent any number of them.
+pub const MAX_UNKNOWN_TYPES: usize = 16;
+/// Longest unknown type URL recorded (and logged), in bytes.
+pub const MAX_UNKNOWN_TYPE_LEN: usize = 256;
 
 /// Where each parameter came from, by key.
 pub type ParamSources = BTreeMap<String, &'static str>;

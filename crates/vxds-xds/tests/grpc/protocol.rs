@@ -16,7 +16,7 @@ on_both_backends!(
     sotw_variant_switch_names_the_resource_once,
     sotw_a_type_no_longer_watched_does_not_hold_back_removals,
     csds_never_returns_secret_bodies_and_can_be_turned_off,
-    unknown_types_are_refused,
+    unknown_types_are_ignored_and_the_stream_lives,
     globs_with_envoys_node_context_are_served_and_woken,
 );
 
@@ -362,28 +362,40 @@ async fn csds_never_returns_secret_bodies_and_can_be_turned_off(db: TestDb) {
     assert_eq!(error.code(), tonic::Code::Unimplemented);
 }
 
-async fn unknown_types_are_refused(db: TestDb) {
+/// grpc-go's rule: a type the server does not know is ignored, not the end of the stream (which
+/// would make the client reconnect at once, in a loop).
+async fn unknown_types_are_ignored_and_the_stream_lives(db: TestDb) {
     let server = Server::start(&db, XdsConfig::default()).await;
-    let (requests, rx) = mpsc::channel(1);
-    requests
-        .send(DiscoveryRequest {
-            type_url: "type.googleapis.com/no.such.Type".into(),
-            ..Default::default()
-        })
-        .await
-        .unwrap();
+    server.apply(json!([put_cluster("a")])).await;
+    let (requests, rx) = mpsc::channel(2);
+    for type_url in ["type.googleapis.com/no.such.Type", CLUSTER] {
+        requests
+            .send(DiscoveryRequest {
+                type_url: type_url.into(),
+                ..Default::default()
+            })
+            .await
+            .unwrap();
+    }
     let mut responses = server
         .ads()
         .stream_aggregated_resources(ReceiverStream::new(rx))
         .await
         .unwrap()
         .into_inner();
-    let error = tokio::time::timeout(WAIT, responses.message())
+    let response = tokio::time::timeout(WAIT, responses.message())
         .await
         .unwrap()
-        .unwrap_err();
-    assert_eq!(error.code(), tonic::Code::InvalidArgument);
-    assert!(error.message().contains("no.such.Type"), "{error:?}");
+        .unwrap()
+        .unwrap();
+    assert_eq!(response.type_url, CLUSTER);
+    assert_eq!(response.resources.len(), 1);
+    let clients = server.xds.registry().clients();
+    assert_eq!(
+        clients[0].unknown_types,
+        ["type.googleapis.com/no.such.Type"]
+    );
+    silent(&mut responses).await;
 }
 
 /// Envoy adds its node context to every collection name (`xds.node.id`, …): such globs are

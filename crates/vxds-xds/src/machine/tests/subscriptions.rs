@@ -308,34 +308,76 @@ fn srds_starts_as_a_legacy_wildcard() {
 }
 
 #[test]
-fn unknown_type_urls_are_refused() {
+fn unknown_type_urls_are_ignored_and_the_stream_lives() {
+    let mut world = World::new();
+    world.apply(json!([put("cluster", "c1", &[("*", cluster("c1"))])]));
+    for protocol in [Protocol::Sotw, Protocol::Delta] {
+        let mut m = StreamMachine::new(1, protocol, &ADS, Arc::new(MachineConfig::default()));
+        let unknown = "type.googleapis.com/no.such.Type";
+        let request = |m: &mut StreamMachine, type_url: &str| match protocol {
+            Protocol::Sotw => m.on_sotw_request(sotw_request(type_url, &[], "", "")),
+            Protocol::Delta => m.on_delta_request(delta_request(type_url, &[], &[], "")),
+        };
+        request(&mut m, CLUSTER).unwrap();
+        assert_eq!(m.poll(&world.snapshot).len(), 1);
+        // Not answered, not an error: reported once, counted each time.
+        let outcome = request(&mut m, unknown).unwrap();
+        let first = outcome.unknown_type.unwrap();
+        assert_eq!((first.type_url.as_str(), first.first), (unknown, true));
+        assert!(
+            !request(&mut m, unknown)
+                .unwrap()
+                .unknown_type
+                .unwrap()
+                .first
+        );
+        // Without the prefix it names no message either.
+        let bare = request(&mut m, "envoy.config.cluster.v3.Cluster").unwrap();
+        assert!(bare.unknown_type.unwrap().first);
+        assert!(m.poll(&world.snapshot).is_empty());
+        let status = m.status().lock().unwrap().clone();
+        assert_eq!(
+            status.unknown_types,
+            [unknown, "envoy.config.cluster.v3.Cluster"]
+        );
+        assert_eq!(status.types.len(), 1, "no state for an unknown type");
+        // The known types keep working.
+        let name = format!("{protocol:?}");
+        let changed = world.apply(json!([put("cluster", &name, &[("*", cluster(&name))])]));
+        m.on_changes(&changed);
+        assert_eq!(m.poll(&world.snapshot).len(), 1);
+        // Any message of the API is a type the server can hold.
+        let runtime = request(&mut m, crate::types::RUNTIME).unwrap();
+        assert!(runtime.unknown_type.is_none());
+        // What the client cannot mean stays an error.
+        assert_eq!(
+            request(&mut m, "").unwrap_err().code(),
+            tonic::Code::InvalidArgument
+        );
+    }
+}
+
+#[test]
+fn unknown_types_recorded_per_stream_are_bounded() {
     let mut m = delta_machine();
-    let error = m
-        .on_delta_request(delta_request(
-            "type.googleapis.com/no.such.Type",
-            &[],
-            &[],
-            "",
-        ))
-        .unwrap_err();
-    assert_eq!(error.code(), tonic::Code::InvalidArgument);
-    assert!(
-        error.message().contains("no.such.Type"),
-        "{}",
-        error.message()
-    );
-    let error = m
-        .on_delta_request(delta_request(
-            "envoy.config.cluster.v3.Cluster",
-            &[],
-            &[],
-            "",
-        ))
-        .unwrap_err();
-    assert_eq!(error.code(), tonic::Code::InvalidArgument);
-    // Any message of the API is a type the server can hold.
-    m.on_delta_request(delta_request(crate::types::RUNTIME, &["r"], &[], ""))
-        .unwrap();
+    let long = format!("type.googleapis.com/{}", "x".repeat(1000));
+    for i in 0..40 {
+        let type_url = format!("{long}{i}");
+        let outcome = m
+            .on_delta_request(delta_request(&type_url, &[], &[], ""))
+            .unwrap();
+        assert_eq!(outcome.unknown_type.unwrap().first, i == 0);
+    }
+    let status = m.status().lock().unwrap().clone();
+    assert_eq!(status.unknown_types.len(), 1, "cut to one spelling");
+    assert!(status.unknown_types[0].len() <= crate::status::MAX_UNKNOWN_TYPE_LEN);
+    for i in 0..40 {
+        let type_url = format!("type.googleapis.com/no.such.Type{i}");
+        m.on_delta_request(delta_request(&type_url, &[], &[], ""))
+            .unwrap();
+    }
+    let status = m.status().lock().unwrap().clone();
+    assert_eq!(status.unknown_types.len(), crate::status::MAX_UNKNOWN_TYPES);
 }
 
 const GLOB: &str = "xdstp://auth/envoy.config.route.v3.RouteConfiguration/r/*";
