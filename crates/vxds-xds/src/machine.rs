@@ -4,7 +4,8 @@
 //!
 //! The protocol rules it keeps (Envoy's `xds_protocol`, TP1, TP2, A74):
 //! - a unique nonce per response; the node is remembered from the first request;
-//! - SotW: requests with a stale nonce are ignored; an ACK stops re-sending; a NACK is recorded
+//! - SotW: a request with a stale nonce is neither ACK nor NACK, but its subscription counts;
+//!   an ACK stops re-sending; a NACK is recorded
 //!   and the refused version is not sent again (the next change is); newly added names are
 //!   answered even when nothing changed; responses carry the whole subscribed state;
 //! - Delta: subscription changes count even with a stale nonce; `initial_resource_versions`
@@ -383,19 +384,19 @@ impl StreamMachine {
         let ty = self.type_state(&type_url)?;
         if !request.response_nonce.is_empty() {
             // Not the latest response's nonce: a later response superseded what this request
-            // answers, so it is stale and ignored. (A nonce on a stream that has sent nothing
-            // yet is a client reconnecting; it counts.)
-            if ty
+            // answers, so it is stale: neither an ACK nor a NACK. Its subscription still
+            // counts — Envoy's unified mux stamps every request that is not an answer with the
+            // last nonce it *accepted*, so after a NACK a new name arrives this way. (A nonce
+            // on a stream that has sent nothing yet is a client reconnecting; it counts.)
+            let stale = ty
                 .last_nonce
                 .as_deref()
-                .is_some_and(|last| last != request.response_nonce)
-            {
+                .is_some_and(|last| last != request.response_nonce);
+            if stale {
                 if request.error_detail.is_none() {
                     ty.settle_superseded(&request.response_nonce);
                 }
-                return Ok(outcome);
-            }
-            if let Some(ack) = ty.answer(
+            } else if let Some(ack) = ty.answer(
                 &request.response_nonce,
                 error_message(&request.error_detail),
                 &request.version_info,

@@ -281,9 +281,14 @@ fn sotw_answers_first_requests_even_when_nothing_exists() {
 }
 
 #[test]
-fn sotw_ignores_stale_nonces_and_stops_after_an_ack() {
+fn sotw_stale_nonces_are_no_answer_but_their_subscription_counts() {
     let mut world = World::new();
     env_routes(&mut world);
+    world.apply(json!([put(
+        "route",
+        "other",
+        &[("*", route("other", "o"))]
+    )]));
     let mut m = sotw_machine();
     m.on_sotw_request(sotw_request(ROUTE, &["web"], "", ""))
         .unwrap();
@@ -293,20 +298,40 @@ fn sotw_ignores_stale_nonces_and_stops_after_an_ack() {
     m.on_changes(&changed);
     let second = sotw(&m.poll(&world.snapshot)[0]);
     assert_eq!(second.nonce, "2");
-    // The client's answer to nonce 1 is stale: even its new subscription is ignored.
+    // The client's answer to nonce 1 is stale: no ACK, but its new subscription counts.
+    let outcome = m
+        .on_sotw_request(sotw_request(
+            ROUTE,
+            &["web", "other"],
+            "1",
+            &first.version_info,
+        ))
+        .unwrap();
+    assert!(outcome.acks.is_empty() && outcome.nacks.is_empty());
+    assert!(outcome.interest_changed);
+    assert_eq!(
+        *m.status().lock().unwrap().types[0].subscriptions,
+        ["web", "other"]
+    );
+    let third = sotw(&m.poll(&world.snapshot)[0]);
+    assert_eq!(sotw_names(&third), ["other", "web"]);
+    // A stale request that changes nothing is not answered.
     m.on_sotw_request(sotw_request(
         ROUTE,
         &["web", "other"],
-        "1",
-        &first.version_info,
+        "2",
+        &second.version_info,
     ))
     .unwrap();
     assert!(m.poll(&world.snapshot).is_empty());
-    assert_eq!(*m.status().lock().unwrap().types[0].subscriptions, ["web"]);
-    // The ACK of nonce 2: nothing more to send.
-    m.on_sotw_request(sotw_request(ROUTE, &["web"], "2", &second.version_info))
-        .unwrap();
-    assert!(m.poll(&world.snapshot).is_empty());
+    // The ACK of the latest: nothing more to send.
+    m.on_sotw_request(sotw_request(
+        ROUTE,
+        &["web", "other"],
+        &third.nonce,
+        &third.version_info,
+    ))
+    .unwrap();
     assert!(m.poll(&world.snapshot).is_empty());
     assert_eq!(
         m.status().lock().unwrap().types[0]
@@ -314,8 +339,77 @@ fn sotw_ignores_stale_nonces_and_stops_after_an_ack() {
             .as_ref()
             .unwrap()
             .version,
-        second.version_info
+        third.version_info
     );
+}
+
+/// Envoy's unified mux: after a NACK, its next request (a new name) carries the nonce it last
+/// *accepted*. The name is answered; the request settles nothing and refuses nothing.
+#[test]
+fn sotw_a_new_name_after_a_nack_is_answered_under_the_last_accepted_nonce() {
+    let mut world = World::new();
+    let cla = |name: &str, port: u32| {
+        put(
+            "endpoint",
+            name,
+            &[(
+                "*",
+                json!({"@type": ENDPOINT, "cluster_name": name, "endpoints": [{"lb_endpoints": [
+                    {"endpoint": {"address": {"socket_address": {"address": "127.0.0.1", "port_value": port}}}}]}]}),
+            )],
+        )
+    };
+    world.apply(json!([cla("c1", 1), cla("c2", 2)]));
+    let mut m = sotw_machine();
+    m.on_sotw_request(sotw_request(ENDPOINT, &["c1"], "", ""))
+        .unwrap();
+    let accepted = sotw(&m.poll(&world.snapshot)[0]);
+    m.on_sotw_request(sotw_request(
+        ENDPOINT,
+        &["c1"],
+        &accepted.nonce,
+        &accepted.version_info,
+    ))
+    .unwrap();
+    let changed = world.apply(json!([cla("c1", 3)]));
+    m.on_changes(&changed);
+    let refused = sotw(&m.poll(&world.snapshot)[0]);
+    let mut nack = sotw_request(ENDPOINT, &["c1"], &refused.nonce, &accepted.version_info);
+    nack.error_detail = Some(RpcStatus {
+        code: 3,
+        message: "bad endpoints".into(),
+        details: vec![],
+    });
+    assert_eq!(m.on_sotw_request(nack).unwrap().nacks, [ENDPOINT]);
+    assert!(m.poll(&world.snapshot).is_empty());
+    // Cluster c2 arrives; Envoy asks for its endpoints, stamped with the last good nonce.
+    let outcome = m
+        .on_sotw_request(sotw_request(
+            ENDPOINT,
+            &["c1", "c2"],
+            &accepted.nonce,
+            &accepted.version_info,
+        ))
+        .unwrap();
+    assert!(outcome.acks.is_empty() && outcome.nacks.is_empty());
+    let answer = m.poll(&world.snapshot);
+    assert_eq!(answer.len(), 1, "c2's endpoints are sent");
+    let answer = sotw(&answer[0]);
+    let names: Vec<String> = answer
+        .resources
+        .iter()
+        .map(|any| {
+            vxds_envoy::pb::envoy::config::endpoint::v3::ClusterLoadAssignment::decode(
+                any.value.as_slice(),
+            )
+            .unwrap()
+            .cluster_name
+        })
+        .collect();
+    assert_eq!(names, ["c1", "c2"]);
+    // The refusal is still on record.
+    let status = m.status().lock().unwrap().types[0].clone();
+    assert_eq!(status.last_nacked.unwrap().message, "bad endpoints");
 }
 
 #[test]
