@@ -520,6 +520,9 @@ impl StreamMachine {
         for (name, params) in unsubscribe {
             ty.unsubscribe(name, Some(params));
         }
+        if ty.wildcard() && !wildcard_before {
+            ty.force_send = true;
+        }
         ty.release_if_unwatched();
         // Most requests are ACKs: the registry and the status are only touched on a change.
         outcome.interest_changed = first

@@ -311,7 +311,7 @@ fn sotw_stale_nonces_are_no_answer_but_their_subscription_counts() {
     assert!(outcome.interest_changed);
     assert_eq!(
         *m.status().lock().unwrap().types[0].subscriptions,
-        ["web", "other"]
+        ["other", "web"]
     );
     let third = sotw(&m.poll(&world.snapshot)[0]);
     assert_eq!(sotw_names(&third), ["other", "web"]);

@@ -233,7 +233,8 @@ pub(crate) struct TypeState {
     full_refresh: bool,
     /// Items whose desired state may differ from what the client has.
     dirty: BTreeSet<ItemKey>,
-    /// SotW: answer even if nothing changed (new subscriptions deserve an answer).
+    /// Answer even if nothing changed: new subscriptions deserve an answer (SotW: any; Delta:
+    /// a new wildcard, the one subscription nothing else answers when it matches nothing).
     pub force_send: bool,
 
     sent: BTreeMap<ItemKey, Sent>,

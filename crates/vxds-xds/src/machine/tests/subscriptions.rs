@@ -308,6 +308,48 @@ fn srds_starts_as_a_legacy_wildcard() {
 }
 
 #[test]
+fn delta_a_wildcard_matching_nothing_is_answered_at_once() {
+    let mut world = World::new();
+    // A cluster, but only for env=prod: the env=test node's wildcard matches nothing.
+    world.apply(json!([put(
+        "cluster",
+        "a",
+        &[(r#"env = "prod""#, cluster("a"))]
+    )]));
+    let empty = World::new();
+    for (snapshot, explicit) in [
+        (&empty.snapshot, false),
+        (&world.snapshot, false),
+        (&world.snapshot, true),
+    ] {
+        let mut m = delta_machine();
+        let subscribe: &[&str] = if explicit { &["*"] } else { &[] };
+        let mut request = delta_request(CLUSTER, subscribe, &[], "");
+        request.node = Some(node_with(CLUSTER, &[("env", "test")]));
+        m.on_delta_request(request).unwrap();
+        let responses = m.poll(snapshot);
+        assert_eq!(responses.len(), 1, "an empty response, not silence");
+        let response = delta(&responses[0]);
+        assert!(response.resources.is_empty() && response.removed_resources.is_empty());
+        // Answered once: its ACK gets nothing more.
+        m.on_delta_request(delta_request(CLUSTER, &[], &[], &response.nonce))
+            .unwrap();
+        assert!(m.poll(snapshot).is_empty());
+    }
+    // A wildcard that matches something is answered with it, once.
+    let mut m = delta_machine();
+    m.on_delta_request(delta_request(CLUSTER, &[], &[], ""))
+        .unwrap();
+    let responses = m.poll(&empty.snapshot);
+    assert_eq!(responses.len(), 1);
+    // Not a wildcard (EDS by name, on demand): no empty answer for an empty first request.
+    let mut m = delta_machine();
+    m.on_delta_request(delta_request(ENDPOINT, &[], &[], ""))
+        .unwrap();
+    assert!(m.poll(&world.snapshot).is_empty());
+}
+
+#[test]
 fn unknown_type_urls_are_ignored_and_the_stream_lives() {
     let mut world = World::new();
     world.apply(json!([put("cluster", "c1", &[("*", cluster("c1"))])]));

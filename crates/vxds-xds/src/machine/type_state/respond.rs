@@ -329,6 +329,15 @@ impl TypeState {
                 self.reported_missing.insert(report);
             }
         }
+        // A new wildcard subscription is answered even when nothing matches it: an empty
+        // response, else the client waits its initial fetch timeout (Envoy: 15 s).
+        if std::mem::take(&mut self.force_send)
+            && response.resources.is_empty()
+            && response.removed_resources.is_empty()
+            && response.removed_resource_names.is_empty()
+        {
+            return Some(self.stamp_delta(response, seq, system_version));
+        }
         self.finish_delta(response, seq, system_version)
     }
 
@@ -379,7 +388,7 @@ impl TypeState {
 
     pub(super) fn finish_delta(
         &mut self,
-        mut response: DeltaResponse,
+        response: DeltaResponse,
         seq: u64,
         system_version: &str,
     ) -> Option<DeltaResponse> {
@@ -389,6 +398,16 @@ impl TypeState {
         {
             return None;
         }
+        Some(self.stamp_delta(response, seq, system_version))
+    }
+
+    /// Stamps a Delta response with its type, nonce and version, and records it in flight.
+    fn stamp_delta(
+        &mut self,
+        mut response: DeltaResponse,
+        seq: u64,
+        system_version: &str,
+    ) -> DeltaResponse {
         response.type_url = self.type_url.clone();
         response.nonce = seq.to_string();
         response.system_version_info = system_version.to_owned();
@@ -400,7 +419,7 @@ impl TypeState {
                 since: seq,
             },
         );
-        Some(response)
+        response
     }
 
     /// Records a SotW response of `entries` at `version` as the one outstanding: the client
