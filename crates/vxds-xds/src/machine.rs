@@ -425,6 +425,7 @@ impl StreamMachine {
         if changed {
             ty.force_send = true;
         }
+        ty.forget_left_wildcard();
         ty.release_if_unwatched();
         // Most requests are ACKs: the registry and the status are only touched on a change.
         outcome.interest_changed = changed || first || ty.wildcard() != wildcard_before;
@@ -523,6 +524,7 @@ impl StreamMachine {
         if ty.wildcard() && !wildcard_before {
             ty.force_send = true;
         }
+        ty.forget_left_wildcard();
         ty.release_if_unwatched();
         // Most requests are ACKs: the registry and the status are only touched on a change.
         outcome.interest_changed = first

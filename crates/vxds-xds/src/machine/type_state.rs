@@ -205,6 +205,10 @@ pub(crate) struct TypeState {
 
     legacy_wildcard: bool,
     explicit_wildcard: bool,
+    /// The client left the wildcard since the last refresh: it dropped what only the wildcard
+    /// gave it (Envoy's `DeltaSubscriptionState` clears its wildcard resources; a SotW client
+    /// takes the next response as its whole state), so that is forgotten, not removed.
+    left_wildcard: bool,
     /// Plain-name subscriptions: spelling → normal form, both shared (`crate::intern`; one
     /// `Arc` when they are the same), so that the registry's interest takes them as they are.
     names: BTreeMap<Arc<str>, Arc<str>>,
@@ -284,6 +288,7 @@ impl TypeState {
             seen_request: false,
             legacy_wildcard: false,
             explicit_wildcard: false,
+            left_wildcard: false,
             names: BTreeMap::new(),
             names_by_normal: BTreeMap::new(),
             locators: BTreeMap::new(),
@@ -374,15 +379,56 @@ impl TypeState {
 
     pub fn set_legacy_wildcard(&mut self, on: bool) {
         if self.legacy_wildcard != on {
+            let before = self.wildcard();
             self.legacy_wildcard = on;
-            self.full_refresh = true;
+            self.wildcard_changed(before);
         }
     }
 
     pub fn set_explicit_wildcard(&mut self, on: bool) {
         if self.explicit_wildcard != on {
+            let before = self.wildcard();
             self.explicit_wildcard = on;
-            self.full_refresh = true;
+            self.wildcard_changed(before);
+        }
+    }
+
+    fn wildcard_changed(&mut self, before: bool) {
+        self.full_refresh = true;
+        if before && !self.wildcard() {
+            self.left_wildcard = true;
+        } else if self.wildcard() {
+            self.left_wildcard = false;
+        }
+    }
+
+    /// After the client left the wildcard (called once a request's subscription changes are
+    /// in): forgets what it held only through it. What a name or glob subscription still
+    /// covers stays, and its removal (if it is gone) is sent.
+    pub fn forget_left_wildcard(&mut self) {
+        if !std::mem::take(&mut self.left_wildcard) {
+            return;
+        }
+        let globs: Vec<&XdstpUrl> = self
+            .globs
+            .values()
+            .filter(|g| !g.constrained)
+            .map(|g| &g.url)
+            .collect();
+        let covered = |name: &str| {
+            !globs.is_empty()
+                && vxds_core::xdstp::XdstpUrn::parse(name)
+                    .is_ok_and(|urn| globs.iter().any(|g| g.glob_matches(&urn)))
+        };
+        let dropped: Vec<ItemKey> = self
+            .sent
+            .keys()
+            .filter(|k| matches!(k, ItemKey::Name(_)))
+            .filter(|k| !self.names.contains_key(k.name()) && !covered(k.name()))
+            .cloned()
+            .collect();
+        for key in dropped {
+            self.forget(&key);
         }
     }
 

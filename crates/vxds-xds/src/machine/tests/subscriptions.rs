@@ -94,6 +94,92 @@ fn delta_legacy_wildcard_continues_when_names_are_subscribed() {
     assert_eq!(*status.subscriptions, ["od"]);
 }
 
+fn abc(world: &mut World) {
+    world.apply(json!([
+        put("cluster", "a", &[("*", cluster("a"))]),
+        put("cluster", "b", &[("*", cluster("b"))]),
+        put("cluster", "c", &[("*", cluster("c"))]),
+    ]));
+}
+
+/// xds_protocol: after a legacy wildcard, a SotW request that names resources (without `*`)
+/// leaves the wildcard; the answer is exactly what it names.
+#[test]
+fn sotw_naming_resources_after_the_legacy_wildcard_leaves_it() {
+    let mut world = World::new();
+    abc(&mut world);
+    let mut m = sotw_machine();
+    m.on_sotw_request(sotw_request(CLUSTER, &[], "", ""))
+        .unwrap();
+    let all = sotw(&m.poll(&world.snapshot)[0]);
+    assert_eq!(sotw_names(&all), ["a", "b", "c"]);
+    m.on_sotw_request(sotw_request(CLUSTER, &["a"], &all.nonce, &all.version_info))
+        .unwrap();
+    let responses = m.poll(&world.snapshot);
+    assert_eq!(responses.len(), 1);
+    let only = sotw(&responses[0]);
+    assert_eq!(sotw_names(&only), ["a"]);
+    m.on_sotw_request(sotw_request(
+        CLUSTER,
+        &["a"],
+        &only.nonce,
+        &only.version_info,
+    ))
+    .unwrap();
+    assert!(m.poll(&world.snapshot).is_empty());
+    let status = m.status().lock().unwrap().types[0].clone();
+    assert_eq!(*status.subscriptions, ["a"]);
+    assert_eq!(status.resources.len(), 1);
+    // No longer a wildcard subscriber: a new cluster does not concern it.
+    let changed = world.apply(json!([put("cluster", "d", &[("*", cluster("d"))])]));
+    m.on_changes(&changed);
+    assert!(m.poll(&world.snapshot).is_empty());
+}
+
+/// Envoy's `DeltaSubscriptionState` drops what the wildcard gave it when it unsubscribes `*`:
+/// nothing is removed for it, and what it still names stays.
+#[test]
+fn delta_unsubscribing_the_wildcard_removes_nothing() {
+    let mut world = World::new();
+    abc(&mut world);
+    for legacy in [true, false] {
+        let mut m = delta_machine();
+        let first: &[&str] = if legacy { &[] } else { &["*", "a"] };
+        m.on_delta_request(delta_request(CLUSTER, first, &[], ""))
+            .unwrap();
+        let all = delta(&m.poll(&world.snapshot)[0]);
+        assert_eq!(names(&all), ["a", "b", "c"]);
+        ack_delta(&mut m, &all);
+        if legacy {
+            m.on_delta_request(delta_request(CLUSTER, &["a"], &[], ""))
+                .unwrap();
+            let again = delta(&m.poll(&world.snapshot)[0]);
+            assert_eq!(names(&again), ["a"], "a subscribed name is answered");
+            ack_delta(&mut m, &again);
+        }
+        // `b` is deleted as the client leaves the wildcard: no removal for it either.
+        let changed = world.apply(json!([delete("cluster", "b")]));
+        m.on_changes(&changed);
+        m.on_delta_request(delta_request(CLUSTER, &[], &["*"], ""))
+            .unwrap();
+        assert!(m.poll(&world.snapshot).is_empty(), "legacy: {legacy}");
+        let status = m.status().lock().unwrap().types[0].clone();
+        assert_eq!(*status.subscriptions, ["a"]);
+        let held: Vec<String> = status
+            .resources
+            .iter()
+            .map(|r| r.name.to_string())
+            .collect();
+        assert_eq!(held, ["a"]);
+        // `a`, still named, is removed when it goes.
+        let changed = world.apply(json!([delete("cluster", "a")]));
+        m.on_changes(&changed);
+        let gone = delta(&m.poll(&world.snapshot)[0]);
+        assert_eq!(gone.removed_resources, ["a"]);
+        abc(&mut world);
+    }
+}
+
 #[test]
 fn delta_every_subscribed_name_is_answered_even_when_the_client_has_it() {
     let mut world = World::new();
