@@ -881,15 +881,9 @@ impl TypeState {
                 normals.extend(snapshot.of_type(&self.type_url).map(|r| r.key.name.clone()));
             }
             for glob in self.globs.values() {
-                let text = glob.url.to_string();
-                let prefix = text
-                    .split('?')
-                    .next()
-                    .unwrap_or(&text)
-                    .trim_end_matches('*');
                 normals.extend(
                     snapshot
-                        .with_prefix(&self.type_url, prefix)
+                        .with_prefix(&self.type_url, &glob_scan_prefix(&glob.url))
                         .map(|r| r.key.name.clone()),
                 );
             }
@@ -941,10 +935,16 @@ impl TypeState {
         let mut found: Vec<(ItemKey, Item)> = Vec::new();
         let mut missing: Vec<Missing> = Vec::new();
         let inline = self.inline_lists;
+        // An entry (`#entry=`) is a member: it exists on the member type's stream only, whose
+        // `Any` it is; on the collection type's stream it would be the wrong type.
+        let entries_here = list
+            .as_ref()
+            .is_some_and(|l| l.member_type_url == self.type_url);
         let resolve = |spelling: &str, params: &ParamSet| match &list {
             None => resource
                 .as_ref()
                 .and_then(|r| r.matcher.resolve(params).map(|i| (r.clone(), i))),
+            Some(_) if !entries_here && lists::names_entry(spelling) => None,
             Some(list) => {
                 lists::resolve_list(list, spelling, resource.as_ref(), params, inline, snapshot)
             }
@@ -1097,6 +1097,23 @@ impl TypeState {
                 self.send(key, Sent::Delivered(item));
             }
         }
+    }
+}
+
+/// The name prefix every member of the glob `url` starts with, for a scan of the index (which
+/// `glob_matches` then filters). A root glob's members include the resource with an empty id
+/// (`xdstp://A/T?ctx`, as Envoy's `WatchMap` and `XdstpUrn::collection` count it), which has
+/// no `/` after the type.
+pub(super) fn glob_scan_prefix(url: &XdstpUrl) -> String {
+    let text = url.to_string();
+    let path = text
+        .split('?')
+        .next()
+        .unwrap_or(&text)
+        .trim_end_matches('*');
+    match url.id() {
+        "*" => path.trim_end_matches('/').to_owned(),
+        _ => path.to_owned(),
     }
 }
 

@@ -249,6 +249,50 @@ fn delta_entry_directive_resolves_one_entry() {
     assert_eq!(r.removed_resources, [format!("{EDGE}#entry=zz")]);
 }
 
+/// An entry is a member: on the collection type's stream it does not exist (its `Any` would
+/// be a member's, which the client refuses on that stream); the collection itself does.
+#[test]
+fn entries_do_not_exist_on_the_collection_types_stream() {
+    let mut world = World::new();
+    edge_listeners(&mut world);
+    for protocol in [Protocol::Sotw, Protocol::Delta] {
+        let mut m = StreamMachine::new(1, protocol, &ADS, Arc::new(MachineConfig::default()));
+        let entry = format!("{EDGE}#entry=b");
+        let names = [entry.as_str(), EDGE];
+        match protocol {
+            Protocol::Sotw => m.on_sotw_request(sotw_request(LISTENER_COLLECTION, &names, "", "")),
+            Protocol::Delta => {
+                m.on_delta_request(delta_request(LISTENER_COLLECTION, &names, &[], ""))
+            }
+        }
+        .unwrap();
+        let responses = m.poll(&world.snapshot);
+        assert_eq!(responses.len(), 1);
+        let (types, names, removed): (Vec<String>, Vec<String>, Vec<String>) = match protocol {
+            Protocol::Sotw => {
+                let r = sotw(&responses[0]);
+                let types = r.resources.iter().map(|a| a.type_url.clone()).collect();
+                (types, vec![EDGE.to_owned()], vec![])
+            }
+            Protocol::Delta => {
+                let r = delta(&responses[0]);
+                let types = r
+                    .resources
+                    .iter()
+                    .map(|x| x.resource.as_ref().unwrap().type_url.clone())
+                    .collect();
+                let names = r.resources.iter().map(|x| x.name.clone()).collect();
+                (types, names, r.removed_resources)
+            }
+        };
+        assert_eq!(types, [LISTENER_COLLECTION], "{protocol:?}");
+        assert_eq!(names, [EDGE]);
+        if protocol == Protocol::Delta {
+            assert_eq!(removed, [entry.clone()]);
+        }
+    }
+}
+
 /// An operator's stored collection is served as written, and its inline entries can be named.
 #[test]
 fn stored_collections_are_served_as_written() {
@@ -454,4 +498,47 @@ fn collections_live_on_their_own_or_their_members_stream() {
     m.on_delta_request(request).unwrap();
     let r = delta(&m.poll(&world.snapshot)[0]);
     assert_eq!(entries(&collection_of(&r.resources[0])), ["a=test", "b=b"]);
+}
+
+/// A resource with an empty id (`xdstp://A/T?ctx`) is a member of the root glob `xdstp://A/T/*?ctx`
+/// (as Envoy's `WatchMap` counts it): delivered whether it was written before the subscription
+/// or after, on a glob and in a list collection alike.
+#[test]
+fn a_root_globs_empty_id_member_is_delivered_whatever_the_write_order() {
+    let root = "xdstp://auth/envoy.config.listener.v3.Listener?zone=eu";
+    let glob = "xdstp://auth/envoy.config.listener.v3.Listener/*?zone=eu";
+    let list = "xdstp://auth/envoy.config.listener.v3.ListenerCollection?zone=eu";
+    let put_root = || json!([put("listener", root, &[("*", listener(root, "r"))])]);
+    for written_first in [true, false] {
+        let mut world = World::new();
+        if written_first {
+            world.apply(put_root());
+        }
+        let mut m = delta_machine();
+        m.on_delta_request(delta_request(LISTENER, &[glob, list], &[], ""))
+            .unwrap();
+        let mut received = m.poll(&world.snapshot);
+        if !written_first {
+            let changed = world.apply(put_root());
+            m.on_changes(&changed);
+            received.extend(m.poll(&world.snapshot));
+        }
+        let mut names: Vec<String> = received
+            .iter()
+            .flat_map(|r| delta(r).resources)
+            .map(|r| r.name)
+            .collect();
+        names.sort();
+        assert_eq!(names, [root, list], "written first: {written_first}");
+        let collection = received
+            .iter()
+            .flat_map(|r| delta(r).resources)
+            .find(|r| r.name == list)
+            .unwrap();
+        // `entries` prints a locator as `…/{type}/{id}?{ctx}`: the id is empty.
+        assert_eq!(
+            entries(&collection_of(&collection)),
+            ["xdstp://auth/envoy.config.listener.v3.Listener/?zone=eu"]
+        );
+    }
 }

@@ -102,6 +102,17 @@ impl TypeState {
     }
 }
 
+/// Whether `spelling` names one entry of a list collection (`#entry=`).
+pub(super) fn names_entry(spelling: &str) -> bool {
+    spelling.contains('#') && entry_of(spelling).is_some()
+}
+
+fn entry_of(spelling: &str) -> Option<String> {
+    XdstpUrl::parse(spelling)
+        .ok()
+        .and_then(|u| u.entry().map(str::to_owned))
+}
+
 /// What a subscriber with `params` gets for the list collection `list` subscribed to as
 /// `spelling` (which may carry `#entry=`): a resource and the variant of it, or `None` when
 /// the collection (or the entry) does not exist for it.
@@ -113,11 +124,7 @@ pub(super) fn resolve_list(
     inline: bool,
     snapshot: &Snapshot,
 ) -> Option<(Arc<IndexedResource>, usize)> {
-    let entry = spelling
-        .contains('#')
-        .then(|| XdstpUrl::parse(spelling).ok())
-        .flatten()
-        .and_then(|u| u.entry().map(str::to_owned));
+    let entry = spelling.contains('#').then(|| entry_of(spelling)).flatten();
     let normal = list.urn.to_string();
     // Streams with equal parameters share what is made: built once per snapshot.
     let key = vxds_store::DerivedKey {
@@ -181,14 +188,9 @@ fn build_list(
             .get(collections::LIST_COLLECTION_OPTIONS_TYPE_URL, &normal)
             .and_then(|options| options.resolve(params))
             .is_some_and(|options| collections::options_inline(&options.body));
-    let text = list.members.to_string();
-    let prefix = text
-        .split('?')
-        .next()
-        .unwrap_or(&text)
-        .trim_end_matches('*');
+    let prefix = super::glob_scan_prefix(&list.members);
     let mut members: Vec<(&Arc<IndexedResource>, usize)> = Vec::new();
-    for resource in snapshot.with_prefix(&list.member_type_url, prefix) {
+    for resource in snapshot.with_prefix(&list.member_type_url, &prefix) {
         let Ok(urn) = vxds_core::xdstp::XdstpUrn::parse(&resource.key.name) else {
             continue;
         };
