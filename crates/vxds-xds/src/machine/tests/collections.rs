@@ -288,7 +288,7 @@ fn entries_do_not_exist_on_the_collection_types_stream() {
         assert_eq!(types, [LISTENER_COLLECTION], "{protocol:?}");
         assert_eq!(names, [EDGE]);
         if protocol == Protocol::Delta {
-            assert_eq!(removed, [entry.clone()]);
+            assert_eq!(removed, [entry.as_str()]);
         }
     }
 }
