@@ -521,7 +521,9 @@ impl StreamMachine {
         for (name, params) in unsubscribe {
             ty.unsubscribe(name, Some(params));
         }
-        if ty.wildcard() && !wildcard_before {
+        // A new wildcard is answered even when it matches nothing — unless the client
+        // reconnects with what it holds: it is not waiting, and is sent nothing again.
+        if ty.wildcard() && !wildcard_before && request.initial_resource_versions.is_empty() {
             ty.force_send = true;
         }
         ty.forget_left_wildcard();

@@ -428,6 +428,20 @@ fn delta_a_wildcard_matching_nothing_is_answered_at_once() {
         .unwrap();
     let responses = m.poll(&empty.snapshot);
     assert_eq!(responses.len(), 1);
+    // A reconnect that reports what it holds (all of it, unchanged) is sent nothing.
+    let mut world = World::new();
+    world.apply(json!([put("cluster", "a", &[("*", cluster("a"))])]));
+    let mut m = delta_machine();
+    m.on_delta_request(delta_request(CLUSTER, &[], &[], ""))
+        .unwrap();
+    let held = delta(&m.poll(&world.snapshot)[0]);
+    let mut m = delta_machine();
+    let mut reconnect = delta_request(CLUSTER, &[], &[], "");
+    reconnect
+        .initial_resource_versions
+        .insert("a".into(), held.resources[0].version.clone());
+    m.on_delta_request(reconnect).unwrap();
+    assert!(m.poll(&world.snapshot).is_empty());
     // Not a wildcard (EDS by name, on demand): no empty answer for an empty first request.
     let mut m = delta_machine();
     m.on_delta_request(delta_request(ENDPOINT, &[], &[], ""))
