@@ -295,3 +295,74 @@ async fn cutoff(
     }
     Ok(cutoff.min(head - 1).max(0))
 }
+
+impl Store {
+    /// Benchmarks only (`examples/month.rs`): appends `count` revisions that each rewrite
+    /// `key` with the variants it has, committed `step_ms` apart from `first_ms` on, as
+    /// [`Store::apply`] would record them (revision, change, variant history), in one
+    /// transaction without validation. The resource must exist. Returns the new head.
+    #[doc(hidden)]
+    pub async fn synthesize_history(
+        &self,
+        key: &vxds_envoy::changeset::ResourceKey,
+        count: u64,
+        first_ms: i64,
+        step_ms: i64,
+    ) -> Result<u64, StoreError> {
+        let _turn = self.inner.write_queue.acquire().await.ok();
+        let mut tx = self.pool().begin().await?;
+        let lock = match self.backend() {
+            Backend::Postgres => "SELECT revision FROM vxds_head WHERE id = 1 FOR UPDATE",
+            Backend::Sqlite => {
+                "UPDATE vxds_head SET revision = revision WHERE id = 1 RETURNING revision"
+            }
+        };
+        let head: i64 = sqlx::query(lock).fetch_one(&mut *tx).await?.try_get(0)?;
+        let (first, last) = (head + 1, head + count.min(i64::MAX as u64) as i64);
+        let seq = "WITH RECURSIVE seq(n) AS (SELECT CAST($1 AS BIGINT) UNION ALL \
+                   SELECT n + 1 FROM seq WHERE n < $2)";
+        let statements = [
+            format!(
+                "{seq} INSERT INTO vxds_revisions (revision, created_at_ms, author, message) \
+                 SELECT n, $3 + (n - $1) * $4, NULL, 'synthetic' FROM seq \
+                 WHERE $5 = $5 AND $6 = $6"
+            ),
+            format!(
+                "{seq} INSERT INTO vxds_revision_changes (revision, type_url, name, change, version) \
+                 SELECT n, r.type_url, r.name, 'updated', r.version FROM seq, vxds_resources r \
+                 WHERE $3 = $3 AND $4 = $4 AND r.type_url = $5 AND r.name = $6"
+            ),
+            format!(
+                "{seq} INSERT INTO vxds_variant_history \
+                 (revision, type_url, name, position, variant_id, constraints, body, version, ttl_ms) \
+                 SELECT n, v.type_url, v.name, v.position, v.variant_id, v.constraints, v.body, \
+                        v.version, v.ttl_ms FROM seq, vxds_variants v \
+                 WHERE $3 = $3 AND $4 = $4 AND v.type_url = $5 AND v.name = $6"
+            ),
+        ];
+        for sql in statements {
+            sqlx::query(sqlx::AssertSqlSafe(sql))
+                .bind(first)
+                .bind(last)
+                .bind(first_ms)
+                .bind(step_ms)
+                .bind(&key.type_url)
+                .bind(&key.name)
+                .execute(&mut *tx)
+                .await?;
+        }
+        sqlx::query("UPDATE vxds_resources SET revision = $1 WHERE type_url = $2 AND name = $3")
+            .bind(last)
+            .bind(&key.type_url)
+            .bind(&key.name)
+            .execute(&mut *tx)
+            .await?;
+        sqlx::query("UPDATE vxds_head SET revision = $1 WHERE id = 1")
+            .bind(last)
+            .execute(&mut *tx)
+            .await?;
+        tx.commit().await?;
+        self.publish_head(last as u64);
+        Ok(last as u64)
+    }
+}
