@@ -7,7 +7,8 @@
 //!   from the xDS server's bounded broadcast (`vxds_xds::events`); a reader too slow for it
 //!   gets `lagged` with how many it missed, and never slows a stream;
 //! - `hello` once caught up (id = the revision the reader is current with), `reset` when the
-//!   store's head went backwards (a restored database).
+//!   store's head went backwards (a restored database) or a resuming reader's revisions were
+//!   pruned by the history retention.
 //!
 //! Resumable: with `Last-Event-ID: N` the stream first replays every revision after N —
 //! from the index's recent change lists, or from the store's history for what the index no
@@ -84,8 +85,9 @@ pub struct LaggedEvent {
     pub missed: u64,
 }
 
-/// `event: reset`: the store's head went backwards (a restored database); revisions
-/// continue from `revision`.
+/// `event: reset`: the store's head went backwards (a restored database), or a resuming
+/// reader's revisions were pruned by the history retention; revisions continue from
+/// `revision`.
 #[derive(Debug, Serialize, ToSchema)]
 pub struct ResetEvent {
     pub revision: u64,
@@ -151,7 +153,7 @@ fn last_event_id(headers: &HeaderMap) -> Result<Option<u64>, ApiError> {
         ("Last-Event-ID" = Option<u64>, Header, description = "Resume: replay every revision after this one first"),
     ),
     responses(
-        (status = 200, description = "A `text/event-stream`: with `Last-Event-ID`, the revisions after it replayed first; then `hello` (id: the revision the reader is current with); then live `revision` events (id: the revision number), `client_connected`, `client_disconnected`, `ack`, `nack` (with the client's error text), `lagged` (client events missed by a slow reader) and `reset` (the head went backwards); keep-alive comments while idle. Each `data:` is the JSON of the `StreamEvent` variant the `event:` names (`client` for the four client events, told apart by their `event` field).", body = StreamEvent, content_type = "text/event-stream"),
+        (status = 200, description = "A `text/event-stream`: with `Last-Event-ID`, the revisions after it replayed first; then `hello` (id: the revision the reader is current with); then live `revision` events (id: the revision number), `client_connected`, `client_disconnected`, `ack`, `nack` (with the client's error text), `lagged` (client events missed by a slow reader) and `reset` (the head went backwards, or the revisions after `Last-Event-ID` were pruned by the history retention); keep-alive comments while idle. Each `data:` is the JSON of the `StreamEvent` variant the `event:` names (`client` for the four client events, told apart by their `event` field).", body = StreamEvent, content_type = "text/event-stream"),
         (status = 400, description = "A `Last-Event-ID` that is not a revision number", body = ProblemBody, content_type = "application/problem+json"),
         ReadProblems,
     ),
@@ -309,6 +311,15 @@ async fn catch_up(
         .revisions_since(*last)
         .next()
         .map_or(snapshot.revision + 1, |r| r.revision);
+    // A reader resuming from before what the history retention kept cannot be told what it
+    // missed: it starts over from the present.
+    if *last + 1 < oldest_remembered
+        && let Ok(oldest_kept) = state.store.oldest_kept_revision().await
+        && *last + 1 < oldest_kept
+    {
+        *last = snapshot.revision;
+        return send(tx, reset_event(*last)).await;
+    }
     // What the index forgot (or a reader resuming from long ago): the store's history, a page
     // at a time, once for this reader.
     while *last + 1 < oldest_remembered {

@@ -221,6 +221,8 @@ pub enum ApiError {
     /// A write from another origin: 403 naming `Origin`.
     CrossOrigin(String),
     NotFound(String),
+    /// A revision the history retention pruned: 410, naming the oldest kept one.
+    HistoryPruned(String),
     /// 405, with the methods the path allows for `Allow`.
     MethodNotAllowed {
         allow: String,
@@ -321,6 +323,7 @@ impl ApiError {
             ApiError::BadHeader { .. } => StatusCode::BAD_REQUEST,
             ApiError::Forbidden(_) | ApiError::CrossOrigin(_) => StatusCode::FORBIDDEN,
             ApiError::NotFound(_) => StatusCode::NOT_FOUND,
+            ApiError::HistoryPruned(_) => StatusCode::GONE,
             ApiError::MethodNotAllowed { .. } => StatusCode::METHOD_NOT_ALLOWED,
             ApiError::Conflict { .. } => StatusCode::CONFLICT,
             ApiError::PreconditionFailed { .. } => StatusCode::PRECONDITION_FAILED,
@@ -341,6 +344,7 @@ impl ApiError {
             ApiError::Forbidden(_) => "forbidden",
             ApiError::CrossOrigin(_) => "cross-origin",
             ApiError::NotFound(_) => "not-found",
+            ApiError::HistoryPruned(_) => "history-pruned",
             ApiError::MethodNotAllowed { .. } => "method-not-allowed",
             ApiError::Conflict { .. } => "conflict",
             ApiError::PreconditionFailed { .. } => "precondition-failed",
@@ -370,6 +374,10 @@ impl ApiError {
                 vec![ProblemItem::header(header, code, message)],
                 vec![],
             ),
+            ApiError::HistoryPruned(detail) => {
+                let item = ProblemItem::new("", "history_pruned", detail.clone());
+                (detail, vec![item], vec![])
+            }
             ApiError::CrossOrigin(detail) => {
                 let item = ProblemItem::header("Origin", "cross_origin", detail.clone());
                 (detail, vec![item], vec![])
@@ -466,6 +474,10 @@ impl From<RestoreError> for ApiError {
 
 impl From<StoreError> for ApiError {
     fn from(e: StoreError) -> Self {
+        if let StoreError::HistoryPruned { .. } = e {
+            // The client's answer, not a failure.
+            return ApiError::HistoryPruned(e.to_string());
+        }
         // The chain (with the database's own words) goes to the log only.
         let mut chain = e.to_string();
         let mut source = std::error::Error::source(&e);

@@ -119,6 +119,7 @@ fn revision_number(path: &PathParams) -> Result<u64, ApiError> {
         (status = 200, description = "The revision and the diff it made", body = RevisionDetail),
         (status = 400, description = "Not a revision number", body = ProblemBody, content_type = "application/problem+json"),
         (status = 404, description = "No such revision", body = ProblemBody, content_type = "application/problem+json"),
+        (status = 410, description = "The history retention pruned it (`history_pruned`; the detail names the oldest kept revision)", body = ProblemBody, content_type = "application/problem+json"),
         ReadProblems,
     ),
     security(("bearer" = []), ())
@@ -189,6 +190,7 @@ pub struct RestoreResult {
     responses(
         (status = 200, description = "Restored (or, with `dry_run`, validated, with the `impact` on connected clients); `changed` is empty when the store already was in that state", body = RestoreResult),
         (status = 404, description = "No such revision", body = ProblemBody, content_type = "application/problem+json"),
+        (status = 410, description = "The history retention pruned the state to restore (`history_pruned`; the detail names the oldest kept revision); nothing was written", body = ProblemBody, content_type = "application/problem+json"),
         (status = 409, description = "`expected_revision` did not hold; nothing was written", body = ProblemBody, content_type = "application/problem+json"),
         (status = 422, description = "Today's rules refuse the old state (each problem names its resource), or its variants were written before the store kept variant history (`history_not_kept`)", body = ProblemBody, content_type = "application/problem+json"),
         WriteProblems,

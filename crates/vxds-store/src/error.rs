@@ -29,6 +29,11 @@ pub enum StoreError {
     UnsupportedUrl(String),
     #[error("preparing the SQLite database failed")]
     Io(#[source] std::io::Error),
+    /// The history retention pruned the revision asked for (410).
+    #[error(
+        "revision {revision} was pruned by the history retention; the oldest kept revision is {oldest_kept}"
+    )]
+    HistoryPruned { revision: u64, oldest_kept: u64 },
 }
 
 impl StoreError {

@@ -27,8 +27,26 @@ use crate::error::StoreError;
 use crate::model::{ChangeBatch, StoredResource};
 use crate::store::{Store, retry_policy};
 
-/// How many revisions' change lists a snapshot remembers, for consumers that fell behind.
-const HISTORY: usize = 4096;
+/// The default bound of the change lists a snapshot remembers for consumers that fell behind
+/// (`--index-history-bytes`): 16 MiB, about 70,000 changed names. Beyond it, the xDS server
+/// treats every resource as changed and the event stream reads the store's history.
+pub const DEFAULT_INDEX_HISTORY_BYTES: usize = 16 << 20;
+
+/// How the index is kept.
+#[derive(Clone, Copy, Debug)]
+pub struct IndexOptions {
+    /// The change lists kept, by their estimated size in memory; the newest revision's is
+    /// always kept.
+    pub history_bytes: usize,
+}
+
+impl Default for IndexOptions {
+    fn default() -> Self {
+        Self {
+            history_bytes: DEFAULT_INDEX_HISTORY_BYTES,
+        }
+    }
+}
 
 /// One variant, ready to send.
 #[derive(Debug)]
@@ -63,6 +81,22 @@ pub struct IndexedResource {
     pub revision: u64,
     pub variants: Vec<IndexedVariant>,
     pub matcher: VariantMatcher,
+}
+
+impl RevisionChanges {
+    /// Roughly what it holds in memory: the names, their keys' strings and the text.
+    fn footprint(&self) -> usize {
+        const PER_KEY: usize = std::mem::size_of::<ResourceKey>() + 2 * 16;
+        let text = self.author.as_ref().map_or(0, |a| a.len())
+            + self.message.as_ref().map_or(0, |m| m.len());
+        std::mem::size_of::<Self>()
+            + text
+            + self
+                .changed
+                .iter()
+                .map(|k| PER_KEY + k.type_url.len() + k.name.len())
+                .sum::<usize>()
+    }
 }
 
 impl IndexedResource {
@@ -154,7 +188,20 @@ pub struct Snapshot {
     pub revision: u64,
     resources: OrdMap<ResourceKey, Arc<IndexedResource>>,
     history: Vector<RevisionChanges>,
+    /// The change lists' estimated size, and its bound.
+    history_bytes: usize,
+    history_limit: HistoryLimit,
     derived: Derived,
+}
+
+/// [`IndexOptions::history_bytes`], carried from one snapshot to the next.
+#[derive(Clone, Copy, Debug)]
+struct HistoryLimit(usize);
+
+impl Default for HistoryLimit {
+    fn default() -> Self {
+        HistoryLimit(DEFAULT_INDEX_HISTORY_BYTES)
+    }
 }
 
 /// What a resource made from a snapshot is keyed by: the name asked for (with its `#entry=`),
@@ -180,6 +227,27 @@ struct Derived(Arc<std::sync::Mutex<HashMap<DerivedKey, Derivation>>>);
 const DERIVED_LIMIT: usize = 4096;
 
 impl Snapshot {
+    /// An empty snapshot whose change lists are bounded by `options`.
+    pub fn empty(options: IndexOptions) -> Self {
+        Snapshot {
+            history_limit: HistoryLimit(options.history_bytes),
+            ..Snapshot::default()
+        }
+    }
+
+    /// What the change lists this snapshot remembers take in memory (estimated).
+    pub fn history_bytes(&self) -> usize {
+        self.history_bytes
+    }
+
+    /// The oldest revision whose change list this snapshot remembers (its own revision + 1
+    /// when none).
+    pub fn oldest_remembered(&self) -> u64 {
+        self.history
+            .front()
+            .map_or(self.revision + 1, |h| h.revision)
+    }
+
     /// A resource made from this snapshot by `make`, made once per `key` while the snapshot is
     /// current (the lock is not held while making).
     pub fn derive(&self, key: DerivedKey, make: impl FnOnce() -> Derivation) -> Derivation {
@@ -242,11 +310,7 @@ impl Snapshot {
         if revision >= self.revision {
             return Some(BTreeSet::new());
         }
-        let oldest_kept = self
-            .history
-            .front()
-            .map_or(self.revision + 1, |h| h.revision);
-        if revision + 1 < oldest_kept {
+        if revision + 1 < self.oldest_remembered() {
             return None;
         }
         Some(
@@ -276,6 +340,13 @@ impl Snapshot {
     pub fn apply(&self, batch: ChangeBatch) -> Snapshot {
         let mut next = self.clone();
         next.derived = Derived::default();
+        if batch.complete {
+            // The whole state: nothing held before counts, and the change lists no longer
+            // join up with it.
+            next.resources = OrdMap::new();
+            next.history = Vector::new();
+            next.history_bytes = 0;
+        }
         for key in batch.deleted {
             next.resources.remove(&key);
         }
@@ -285,15 +356,20 @@ impl Snapshot {
                 .insert(key, Arc::new(IndexedResource::from_stored(stored)));
         }
         for change in batch.revisions {
-            next.history.push_back(RevisionChanges {
+            let change = RevisionChanges {
                 revision: change.revision,
                 committed_at_ms: change.committed_at_ms,
                 changed: change.changed.into(),
                 author: change.author.map(Into::into),
                 message: change.message.map(Into::into),
-            });
-            if next.history.len() > HISTORY {
-                next.history.pop_front();
+            };
+            next.history_bytes += change.footprint();
+            next.history.push_back(change);
+        }
+        // Bounded by size, not count: one revision of 10,000 names weighs what 10,000 of one do.
+        while next.history_bytes > next.history_limit.0 && next.history.len() > 1 {
+            if let Some(dropped) = next.history.pop_front() {
+                next.history_bytes -= dropped.footprint();
             }
         }
         next.revision = batch.revision;
@@ -343,7 +419,16 @@ impl Index {
 
 /// Loads the index from `store`, then keeps it current in a task of its own.
 pub async fn start(store: Store) -> Result<(Index, JoinHandle<()>), StoreError> {
-    let initial = Snapshot::default().apply(store.changes_since(0).await?);
+    start_with(store, IndexOptions::default()).await
+}
+
+/// [`start`] with options. The index starts from the head's state (its cost is the state's
+/// size, not the history's length), remembering no change list older than the head's.
+pub async fn start_with(
+    store: Store,
+    options: IndexOptions,
+) -> Result<(Index, JoinHandle<()>), StoreError> {
+    let initial = Snapshot::empty(options).apply(store.current_state().await?);
     debug!(
         revision = initial.revision,
         resources = initial.len(),
@@ -384,7 +469,7 @@ async fn follow(store: Store, tx: watch::Sender<Arc<Snapshot>>) {
         if reset {
             // The database went back in time: revision numbers may be reused, so nothing
             // read before counts. Load it all again.
-            let batch = (|| store.changes_since(0))
+            let batch = (|| store.current_state())
                 .retry(retry_policy())
                 .notify(
                     |e, after| error!(error = %e, ?after, "reloading the index failed; retrying"),
@@ -392,7 +477,7 @@ async fn follow(store: Store, tx: watch::Sender<Arc<Snapshot>>) {
                 .await;
             match batch {
                 Ok(batch) => {
-                    let reloaded = Snapshot::default().apply(batch);
+                    let reloaded = current.apply(batch);
                     warn!(
                         revision = reloaded.revision,
                         "index reloaded after the head went backwards"
@@ -425,6 +510,57 @@ async fn follow(store: Store, tx: watch::Sender<Arc<Snapshot>>) {
 mod tests {
     use super::*;
 
+    fn batch(revision: u64, names: usize) -> ChangeBatch {
+        ChangeBatch {
+            revision,
+            revisions: vec![crate::model::RevisionChangeList {
+                revision,
+                committed_at_ms: 1,
+                changed: (0..names)
+                    .map(|i| ResourceKey {
+                        type_url: "t".into(),
+                        name: format!("endpoint-{i}"),
+                    })
+                    .collect(),
+                ..Default::default()
+            }],
+            resources: vec![],
+            deleted: vec![],
+            complete: false,
+        }
+    }
+
+    #[test]
+    fn the_history_is_bounded_by_bytes_not_revisions() {
+        let limit = 1 << 20;
+        let mut snapshot = Snapshot::empty(IndexOptions {
+            history_bytes: limit,
+        });
+        // Revisions of 1,000 names each: far fewer than 4,096 fit in a MiB.
+        for revision in 1..=200 {
+            snapshot = snapshot.apply(batch(revision, 1000));
+            assert!(snapshot.history_bytes() <= limit);
+        }
+        let kept = snapshot.revisions_since(0).count();
+        assert!(kept > 1 && kept < 20, "{kept} revisions kept");
+        assert_eq!(snapshot.changed_since(200 - kept as u64 - 1), None);
+        assert_eq!(
+            snapshot.changed_since(199).map(|c| c.len()),
+            Some(1000),
+            "the newest revision's change list"
+        );
+        // Revisions of one name each: thousands fit.
+        for revision in 201..=5200 {
+            snapshot = snapshot.apply(batch(revision, 1));
+        }
+        assert!(snapshot.revisions_since(0).count() >= 5000);
+        assert!(snapshot.changed_since(200).is_some());
+        // One revision larger than the bound is still kept: it is the newest.
+        snapshot = snapshot.apply(batch(5201, 20_000));
+        assert_eq!(snapshot.revisions_since(0).count(), 1);
+        assert!(snapshot.changed_since(5200).is_some());
+    }
+
     #[test]
     fn derivations_are_made_once_per_snapshot() {
         let snapshot = Snapshot::default();
@@ -447,6 +583,7 @@ mod tests {
             revisions: vec![],
             resources: vec![],
             deleted: vec![],
+            complete: false,
         });
         let _ = next.derive(key, || {
             made += 1;

@@ -2,7 +2,7 @@
 //!
 //! - [`Store`] (module `store`): Postgres or embedded SQLite behind one implementation.
 //!   Changesets are validated and applied all or nothing as one gap-free revision; revisions
-//!   are kept as history and are the change feed.
+//!   are kept as history (for as long as the [`retention`] says) and are the change feed.
 //! - [`index`]: the state at one revision in memory, kept current from the change feed by one
 //!   writer task; streams read snapshots and never the database.
 //! - [`model`]: what the store holds and answers with; [`error`]: its errors.
@@ -11,13 +11,18 @@
 pub mod error;
 pub mod index;
 pub mod model;
+pub mod retention;
 mod store;
 
 pub use error::{ApplyError, Conflict, RestoreError, StoreError};
-pub use index::{Derivation, DerivedKey, Index, IndexedResource, IndexedVariant, Snapshot};
+pub use index::{
+    DEFAULT_INDEX_HISTORY_BYTES, Derivation, DerivedKey, Index, IndexOptions, IndexedResource,
+    IndexedVariant, Snapshot,
+};
 pub use model::*;
+pub use retention::{DEFAULT_RETENTION, Retention};
 pub use store::{
-    Backend, DEFAULT_ACQUIRE_TIMEOUT, DEFAULT_STATEMENT_TIMEOUT, DownReason, PROBE_PERIOD, Store,
-    StoreMetrics, StoreOptions, StoreState, migrate_url, redact,
+    Backend, DEFAULT_ACQUIRE_TIMEOUT, DEFAULT_STATEMENT_TIMEOUT, DownReason, PROBE_PERIOD,
+    PruneStep, Store, StoreMetrics, StoreOptions, StoreState, migrate_url, redact,
 };
 pub use vxds_envoy::changeset::ResourceKey;

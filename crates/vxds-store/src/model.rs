@@ -196,6 +196,9 @@ pub struct ChangeBatch {
     pub resources: Vec<StoredResource>,
     /// Changed resources that no longer exist.
     pub deleted: Vec<ResourceKey>,
+    /// `resources` is the whole state, not what changed: whatever was held before is
+    /// replaced (the first load, or a reader from before revisions the retention pruned).
+    pub complete: bool,
 }
 
 /// A variant as a revision left it (from the variant history).

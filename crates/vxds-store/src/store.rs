@@ -9,11 +9,13 @@
 //! when the LISTEN connection went half-open; it also notices a head that went backwards.
 //! While the database cannot be reached, requests are refused at once ([`health`]).
 //! Replicas publish their client summaries for impact preview here too ([`summaries`]).
+//! History beyond the retention is pruned in the background, a batch at a time ([`prune`]).
 
 mod follow;
 mod health;
 mod history;
 mod notify;
+mod prune;
 mod read;
 mod summaries;
 mod write;
@@ -36,6 +38,7 @@ use vxds_envoy::changeset::ValidationConfig;
 use crate::error::StoreError;
 
 pub use health::{DownReason, PROBE_PERIOD, StoreState};
+pub use prune::PruneStep;
 
 static MIGRATIONS: Migrator = sqlx::migrate!("../../migrations");
 
@@ -198,6 +201,11 @@ impl Store {
                         .execute(&mut *conn)
                         .await?;
                     sqlx::query("PRAGMA foreign_keys = ON")
+                        .execute(&mut *conn)
+                        .await?;
+                    // Takes effect only on a new database (before its first table): pruned
+                    // history then gives its pages back to the file system.
+                    sqlx::query("PRAGMA auto_vacuum = INCREMENTAL")
                         .execute(&mut *conn)
                         .await?;
                     Ok(())

@@ -27,6 +27,8 @@ mod outage;
 mod redirects;
 #[path = "contract/restore.rs"]
 mod restore;
+#[path = "contract/retention.rs"]
+mod retention;
 #[path = "contract/summaries.rs"]
 mod summaries;
 

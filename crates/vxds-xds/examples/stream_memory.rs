@@ -83,6 +83,7 @@ fn snapshot(clusters: usize, variants: usize) -> Snapshot {
         }],
         resources: vec![],
         deleted: vec![],
+        complete: false,
     };
     for op in validated.changeset.operations {
         batch.revisions[0].changed.push(op.key.clone());

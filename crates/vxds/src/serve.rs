@@ -14,7 +14,9 @@ use tracing::info;
 use vxds_admin::{AdminMetrics, AdminState, DEFAULT_BODY_LIMIT, OriginPolicy, Tokens};
 use vxds_core::IdentityTemplate;
 use vxds_envoy::changeset::ValidationConfig;
-use vxds_store::{Store, StoreOptions, index, redact};
+use vxds_store::{
+    DEFAULT_INDEX_HISTORY_BYTES, IndexOptions, Retention, Store, StoreOptions, index, redact,
+};
 
 use crate::DEFAULT_DATABASE_URL;
 use crate::tls::{ServerTls, TlsFiles};
@@ -134,9 +136,24 @@ pub struct ServeArgs {
     /// three periods no longer counts. `0s`: never publish.
     #[arg(long, env = "VXDS_CLIENT_SUMMARY_PERIOD", default_value = "5s", value_parser = summary_period)]
     pub client_summary_period: std::time::Duration,
+    /// How much revision history the store keeps: an age (`30d`), a revision count
+    /// (`100000`), both (`30d,100000`: whichever prunes more) or `forever`. Older revisions,
+    /// their changes and variant history are pruned in the background, a small batch at a
+    /// time; the head's state is never pruned. A diff or restore of a pruned revision answers
+    /// 410 `history_pruned`.
+    #[arg(long, env = "VXDS_HISTORY_RETENTION", default_value = "30d", value_parser = Retention::parse)]
+    pub history_retention: Retention,
+    /// How much memory the index's recent change lists may take, in bytes (estimated). Clients
+    /// that fell further behind are sent every resource again; event-stream readers resuming
+    /// from further back read the store.
+    #[arg(long, env = "VXDS_INDEX_HISTORY_BYTES", default_value_t = DEFAULT_INDEX_HISTORY_BYTES)]
+    pub index_history_bytes: usize,
     #[command(flatten)]
     pub tls: TlsArgs,
 }
+
+/// How often the history retention is applied (each sweep is a series of small batches).
+const PRUNE_PERIOD: std::time::Duration = std::time::Duration::from_secs(60);
 
 /// TLS and client identity. Certificate files are re-read when they change.
 #[derive(Debug, Args)]
@@ -281,7 +298,11 @@ pub async fn run(args: ServeArgs) -> anyhow::Result<ExitCode> {
     let store = Store::connect(&args.database_url, options)
         .await
         .with_context(|| format!("opening the store at {}", redact(&args.database_url)))?;
-    let (index, follower) = index::start(store.clone())
+    store.spawn_pruner(args.history_retention, PRUNE_PERIOD);
+    let index_options = IndexOptions {
+        history_bytes: args.index_history_bytes,
+    };
+    let (index, follower) = index::start_with(store.clone(), index_options)
         .await
         .context("loading the index")?;
     info!(

@@ -17,6 +17,7 @@ use super::*;
 on_both_backends!(
     revisions_stream_live_and_resume_after_last_event_id,
     a_resume_beyond_the_index_memory_reads_the_store,
+    a_resume_before_the_kept_history_is_reset,
     coverage_grid_of_a_stored_resource,
 );
 
@@ -260,6 +261,51 @@ async fn a_resume_beyond_the_index_memory_reads_the_store(db: TestDb) {
         assert_eq!(id, Some(n.to_string()));
     }
     server.abort();
+}
+
+/// Issue 21: a reader resuming from before the oldest revision the history retention kept
+/// gets `reset` at the head (it cannot be told what it missed); one resuming from just before
+/// the oldest kept revision is replayed as before.
+async fn a_resume_before_the_kept_history_is_reset(db: TestDb) {
+    let store = db.store().await;
+    for n in 1..=4 {
+        let request: vxds_envoy::changeset::ChangesetRequest = serde_json::from_value(json!({
+            "operations": [{"op": "put", "type": "route", "name": format!("r{n}"),
+                            "variants": [{"resource": route(&format!("r{n}"), "x")}]}],
+        }))
+        .unwrap();
+        store.apply(request, None).await.unwrap();
+    }
+    let retention = vxds_store::Retention {
+        revisions: Some(2),
+        age: None,
+    };
+    assert_eq!(store.prune_all_at(&retention, 0).await.unwrap(), 3);
+    // A server started now: its index remembers the head revision only.
+    let api = serve_store(
+        store,
+        Tokens::none(),
+        DEFAULT_BODY_LIMIT,
+        vxds_admin::OriginPolicy::default(),
+    )
+    .await;
+    let mut reader = SseReader::open(&api.base, None, Some("1")).await;
+    let (name, id, data) = reader.event().await;
+    assert_eq!(
+        (name.as_str(), id.as_deref()),
+        ("reset", Some("4")),
+        "{data}"
+    );
+    assert_eq!(data["revision"], 4);
+    let (name, id, _) = reader.event().await;
+    assert_eq!((name.as_str(), id.as_deref()), ("hello", Some("4")));
+    let mut reader = SseReader::open(&api.base, None, Some("2")).await;
+    for expected in ["3", "4"] {
+        let (name, id, _) = reader.event().await;
+        assert_eq!((name.as_str(), id.as_deref()), ("revision", Some(expected)));
+    }
+    let (name, _, _) = reader.event().await;
+    assert_eq!(name, "hello");
 }
 
 /// The grid of a stored resource: keys, values with other and absent, each cell's variant,

@@ -9,7 +9,61 @@ on_both_backends!(
     a_revision_shows_its_diff,
     a_restore_is_a_new_revision_by_the_caller,
     a_restore_todays_rules_reject_is_a_problem_document,
+    a_pruned_revision_is_gone,
 );
+
+/// Issue 21: a diff or restore of a revision the history retention pruned answers 410
+/// `history_pruned`, naming the oldest kept revision; kept ones answer as before.
+async fn a_pruned_revision_is_gone(db: TestDb) {
+    let api = serve(&db, Tokens::none(), DEFAULT_BODY_LIMIT).await;
+    for n in 1..=4 {
+        let body = variants("web", &[("*", &format!("body {n}"))]);
+        let put = api
+            .send_json(Method::PUT, "/v1/resources/route/web", body)
+            .await;
+        assert!(put.status.is_success(), "{}", put.text);
+    }
+    let retention = vxds_store::Retention {
+        revisions: Some(2),
+        age: None,
+    };
+    let oldest = api.store.prune_all_at(&retention, i64::MAX).await.unwrap();
+    assert_eq!(oldest, 3);
+    let gone = api.get("/v1/revisions/2").await;
+    assert_problem(&gone, 410);
+    assert_eq!(gone.body["errors"][0]["code"], "history_pruned");
+    assert!(
+        gone.body["detail"]
+            .as_str()
+            .unwrap()
+            .contains("the oldest kept revision is 3"),
+        "{}",
+        gone.text
+    );
+    let restore = api
+        .send_json(Method::POST, "/v1/revisions/1/restore", json!({}))
+        .await;
+    assert_problem(&restore, 410);
+    assert_eq!(restore.body["errors"][0]["code"], "history_pruned");
+    assert_eq!(api.get("/v1/revisions/3").await.status, StatusCode::OK);
+    let listed = api.get("/v1/revisions").await;
+    let numbers: Vec<u64> = listed.body["revisions"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|r| r["revision"].as_u64().unwrap())
+        .collect();
+    assert_eq!(numbers, [3, 4]);
+    // Restoring the state the oldest kept revision starts from still works.
+    let restore = api
+        .send_json(
+            Method::POST,
+            "/v1/revisions/2/restore",
+            json!({"dry_run": true}),
+        )
+        .await;
+    assert_eq!(restore.status, StatusCode::OK, "{}", restore.text);
+}
 
 async fn a_revision_shows_its_diff(db: TestDb) {
     let api = serve(&db, Tokens::none(), DEFAULT_BODY_LIMIT).await;

@@ -18,7 +18,7 @@ use vxds_envoy::pointer::Pointer;
 use vxds_envoy::resource::{Body, ResourceType};
 
 use super::Store;
-use super::read::{stored_constraints, ttl_from_ms};
+use super::read::{pruned_through, stored_constraints, ttl_from_ms};
 use crate::error::{ApplyError, Conflict, RestoreError, StoreError};
 use crate::model::{
     Applied, ChangeKind, PastState, PastVariant, ResourceDiff, RestoreOptions, Restored,
@@ -43,6 +43,7 @@ impl Store {
         };
         self.guarded(async {
             let mut tx = self.begin_snapshot().await?;
+            refuse_pruned(&mut tx, revision, revision).await?;
             let mut resources = Vec::with_capacity(found.changes.len());
             for change in &found.changes {
                 let before = state_at(&mut tx, &change.key, revision - 1).await?;
@@ -154,6 +155,9 @@ impl Store {
             .fetch_one(&mut *tx)
             .await?;
         let head = head.try_get::<i64, _>(0)? as u64;
+        // The state right after the newest pruned revision is still known: the oldest kept
+        // one starts from it.
+        refuse_pruned(&mut tx, to, to.saturating_add(1)).await?;
         let rows = sqlx::query(
             "SELECT DISTINCT c.type_url, c.name, r.version FROM vxds_revision_changes c \
              LEFT JOIN vxds_resources r ON r.type_url = c.type_url AND r.name = c.name \
@@ -178,6 +182,23 @@ impl Store {
         tx.commit().await?;
         Ok(Plan { head, resources })
     }
+}
+
+/// [`StoreError::HistoryPruned`] for `revision` if `needs` (the oldest revision whose rows it
+/// reads) was pruned.
+async fn refuse_pruned(
+    tx: &mut Transaction<'_, Any>,
+    revision: u64,
+    needs: u64,
+) -> Result<(), StoreError> {
+    let pruned_through = pruned_through(tx).await?;
+    if needs <= pruned_through {
+        return Err(StoreError::HistoryPruned {
+            revision,
+            oldest_kept: pruned_through + 1,
+        });
+    }
+    Ok(())
 }
 
 /// A resource's state right after revision `at`.

@@ -42,23 +42,40 @@ impl Store {
         self.guarded(self.fetch_page(query)).await
     }
 
-    /// One revision with what it changed.
+    /// One revision with what it changed; [`StoreError::HistoryPruned`] if the retention
+    /// pruned it.
     pub async fn revision(&self, revision: u64) -> Result<Option<Revision>, StoreError> {
-        Ok(self
+        let (pruned_through, mut found) = self
             .guarded(self.fetch_revisions(revision.saturating_sub(1), revision, 1))
-            .await?
-            .pop())
+            .await?;
+        if revision >= 1 && revision <= pruned_through {
+            return Err(StoreError::HistoryPruned {
+                revision,
+                oldest_kept: pruned_through + 1,
+            });
+        }
+        Ok(found.pop())
     }
 
-    /// Up to `limit` revisions after `after`, oldest first.
+    /// Up to `limit` revisions after `after`, oldest first; pruned revisions are not listed
+    /// (the first may come after a gap: [`Store::oldest_kept_revision`]).
     pub async fn revisions(&self, after: u64, limit: usize) -> Result<Vec<Revision>, StoreError> {
-        self.guarded(self.fetch_revisions(after, i64::MAX as u64, limit.clamp(1, 1000)))
-            .await
+        Ok(self
+            .guarded(self.fetch_revisions(after, i64::MAX as u64, limit.clamp(1, 1000)))
+            .await?
+            .1)
     }
 
-    /// Everything committed after `revision` (everything, for 0), from one snapshot.
+    /// Everything committed after `revision`, from one snapshot. For 0, or a revision the
+    /// retention has since pruned, the batch is `complete`: every resource, the whole state.
     pub async fn changes_since(&self, revision: u64) -> Result<ChangeBatch, StoreError> {
-        self.guarded(self.fetch_changes(revision)).await
+        self.guarded(self.fetch_changes(revision, false)).await
+    }
+
+    /// The head's state: every resource, and the head revision's change list — what the index
+    /// starts from. Its cost is the state's size, not the history's length.
+    pub async fn current_state(&self) -> Result<ChangeBatch, StoreError> {
+        self.guarded(self.fetch_changes(0, true)).await
     }
 
     /// Every resource (of one type, if given) with its variants, in the order `list` pages
@@ -194,10 +211,14 @@ impl Store {
         after: u64,
         up_to: u64,
         limit: usize,
-    ) -> Result<Vec<Revision>, StoreError> {
+    ) -> Result<(u64, Vec<Revision>), StoreError> {
         // Revisions are BIGINTs: nothing lies beyond i64::MAX.
         let (after, up_to) = (after.min(i64::MAX as u64), up_to.min(i64::MAX as u64));
         let mut tx = self.begin_snapshot().await?;
+        let pruned_through = pruned_through(&mut tx).await?;
+        // Below the pruned revision only rows that hold a resource's starting state are kept:
+        // they are not revisions any more.
+        let after = after.max(pruned_through);
         let rows = sqlx::query(
             "SELECT revision, created_at_ms, author, message FROM vxds_revisions \
              WHERE revision > $1 AND revision <= $2 ORDER BY revision LIMIT $3",
@@ -250,35 +271,52 @@ impl Store {
             }
         }
         tx.commit().await?;
-        Ok(revisions)
+        Ok((pruned_through, revisions))
     }
 
-    async fn fetch_changes(&self, revision: u64) -> Result<ChangeBatch, StoreError> {
-        let revision = revision.min(i64::MAX as u64);
+    /// What changed after `revision`; with `state_only`, the whole state and only the head
+    /// revision's change list.
+    async fn fetch_changes(
+        &self,
+        revision: u64,
+        state_only: bool,
+    ) -> Result<ChangeBatch, StoreError> {
+        let (mut revision, mut state_only) = (revision.min(i64::MAX as u64), state_only);
         let mut tx = self.begin_snapshot().await?;
         let head = sqlx::query("SELECT revision FROM vxds_head WHERE id = 1")
             .fetch_one(&mut *tx)
             .await?;
         let head = head.try_get::<i64, _>(0)? as u64;
-        if head <= revision {
+        if head <= revision && !state_only {
             tx.commit().await?;
             return Ok(ChangeBatch {
                 revision: head,
                 revisions: Vec::new(),
                 resources: Vec::new(),
                 deleted: Vec::new(),
+                complete: false,
             });
         }
+        // Deletions in pruned revisions are gone: from before them only the whole state says
+        // what is.
+        if revision < pruned_through(&mut tx).await? {
+            (revision, state_only) = (0, true);
+        }
+        let complete = revision == 0 || state_only;
         // Rows are taken one at a time as they arrive (here and below), never all at once: after a
         // large changeset they would hold the whole change a second time.
         let mut revisions: Vec<RevisionChangeList> = Vec::new();
-        let mut rows = sqlx::query(
+        let (condition, from) = if state_only {
+            ("c.revision = $1", head)
+        } else {
+            ("c.revision > $1", revision)
+        };
+        let sql = sqlx::AssertSqlSafe(format!(
             "SELECT c.revision, r.created_at_ms, c.type_url, c.name, r.author, r.message \
              FROM vxds_revision_changes c JOIN vxds_revisions r ON r.revision = c.revision \
-             WHERE c.revision > $1 ORDER BY c.revision, c.type_url, c.name",
-        )
-        .bind(revision as i64)
-        .fetch(&mut *tx);
+             WHERE {condition} ORDER BY c.revision, c.type_url, c.name"
+        ));
+        let mut rows = sqlx::query(sql).bind(from as i64).fetch(&mut *tx);
         while let Some(row) = rows.try_next().await? {
             let n = row.try_get::<i64, _>(0)? as u64;
             let key = ResourceKey {
@@ -298,7 +336,7 @@ impl Store {
         }
         drop(rows);
         // Everything at 0; otherwise the resources the revisions touched.
-        let filter = if revision == 0 {
+        let filter = if complete {
             "$1 = $1"
         } else {
             "EXISTS (SELECT 1 FROM vxds_revision_changes c \
@@ -342,6 +380,7 @@ impl Store {
             revisions,
             resources: resources.into_values().collect(),
             deleted,
+            complete,
         })
     }
 
@@ -355,6 +394,14 @@ impl Store {
         }
         Ok(tx)
     }
+}
+
+/// The newest revision the retention pruned (0: none), in the reader's snapshot.
+pub(super) async fn pruned_through(tx: &mut Transaction<'_, Any>) -> Result<u64, StoreError> {
+    let row = sqlx::query("SELECT pruned_through FROM vxds_retention WHERE id = 1")
+        .fetch_one(&mut **tx)
+        .await?;
+    Ok(row.try_get::<i64, _>(0)? as u64)
 }
 
 fn resource_from_row(row: &AnyRow) -> Result<StoredResource, StoreError> {

@@ -68,6 +68,7 @@ impl World {
             }],
             resources: vec![],
             deleted: vec![],
+            complete: false,
         };
         for op in validated.changeset.operations {
             batch.revisions[0].changed.push(op.key.clone());
