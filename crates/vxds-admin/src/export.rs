@@ -43,6 +43,9 @@ struct Document<'a> {
     #[serde(rename = "type")]
     resource_type: &'a str,
     name: &'a str,
+    /// A shared secret stays shared when the export is applied.
+    #[serde(skip_serializing_if = "std::ops::Not::not")]
+    shared: bool,
     variants: Vec<Variant>,
 }
 
@@ -147,6 +150,7 @@ fn document(resource: &StoredResource) -> Result<String, String> {
     let document = Document {
         resource_type: ty.alias().unwrap_or(&resource.key.type_url),
         name: &resource.key.name,
+        shared: resource.shared,
         variants,
     };
     serde_norway::to_string(&document).map_err(|e| e.to_string())

@@ -158,9 +158,22 @@ pub struct TlsArgs {
     #[arg(long, env = "VXDS_XDS_IDENTITY_TEMPLATE", requires = "xds_client_ca")]
     pub xds_identity_template: Option<String>,
     /// Serve xDS in plaintext on a non-loopback address: anyone who reaches the port can
-    /// read every resource (secrets included) and claim any parameters.
+    /// read every resource and claim any parameters.
     #[arg(long, env = "VXDS_XDS_INSECURE")]
     pub xds_insecure: bool,
+    /// Serve xDS over TLS without `--xds-client-ca` on a non-loopback address: clients are
+    /// not authenticated, so anyone who reaches the port can read every resource.
+    #[arg(long, env = "VXDS_XDS_UNAUTHENTICATED")]
+    pub xds_unauthenticated: bool,
+    /// Serve secrets over SDS although clients are not authenticated (no `--xds-client-ca`):
+    /// without it, SDS serves no secrets to such clients.
+    #[arg(long, env = "VXDS_XDS_SECRETS_WITHOUT_MTLS")]
+    pub xds_secrets_without_mtls: bool,
+    /// Serve the admin API in plaintext on a non-loopback address (bearer tokens cross the
+    /// network in clear text), or accept any `Host` (`--admin-allowed-hosts '*'`) without
+    /// tokens (a DNS-rebinding page could then write).
+    #[arg(long, env = "VXDS_ADMIN_INSECURE")]
+    pub admin_insecure: bool,
     /// The admin API's certificate chain (PEM); with `--admin-tls-key`, it is served over HTTPS.
     #[arg(long, env = "VXDS_ADMIN_TLS_CERT", requires = "admin_tls_key")]
     pub admin_tls_cert: Option<PathBuf>,
@@ -203,45 +216,9 @@ pub async fn run(args: ServeArgs) -> anyhow::Result<ExitCode> {
         Some(path) => Tokens::load(path)?,
         None => Tokens::none(),
     };
-    if tokens.is_empty() && !args.admin_addr.ip().is_loopback() {
-        bail!(
-            "refusing to serve the admin API on {} without tokens: pass --admin-token-file, or \
-             listen on a loopback address",
-            args.admin_addr
-        );
-    }
     let template = args.tls.identity_template()?;
     let xds_tls = args.tls.xds();
-    if xds_tls.is_none() && !args.xds_addr.ip().is_loopback() {
-        if !args.tls.xds_insecure {
-            bail!(
-                "refusing to serve xDS in plaintext on {}: anyone who reaches it could read every \
-                 resource, secrets included, and claim any parameters. Pass --xds-tls-cert and \
-                 --xds-tls-key (and --xds-client-ca for mutual TLS), listen on a loopback \
-                 address, or accept the risk with --xds-insecure",
-                args.xds_addr
-            );
-        }
-        tracing::warn!(
-            addr = %args.xds_addr,
-            "--xds-insecure: serving xDS in PLAINTEXT beyond loopback; any client that reaches \
-             the port can read every resource and claim any parameters"
-        );
-    }
-    if xds_tls.is_some() && args.tls.xds_client_ca.is_none() && !args.xds_addr.ip().is_loopback() {
-        tracing::warn!(
-            addr = %args.xds_addr,
-            "xDS over TLS without --xds-client-ca: clients are not authenticated, so anyone who \
-             reaches the port can read every resource, secrets included"
-        );
-    }
-    if args.tls.admin().is_none() && !args.admin_addr.ip().is_loopback() {
-        tracing::warn!(
-            addr = %args.admin_addr,
-            "the admin API listens beyond loopback without TLS: bearer tokens cross the network \
-             in clear text (--admin-tls-cert, --admin-tls-key)"
-        );
-    }
+    check_start(&args, &tokens)?;
     if let Some(template) = &template
         && template.as_str().starts_with("spiffe://{")
     {
@@ -300,6 +277,7 @@ pub async fn run(args: ServeArgs) -> anyhow::Result<ExitCode> {
             node_metadata_params: args.node_metadata_params.clone(),
             max_subscriptions: args.xds_max_subscriptions,
             heartbeat_fraction: args.xds_heartbeat_fraction,
+            secrets: secret_access(&args.tls, template.as_ref()),
             ..Default::default()
         },
         max_request_bytes: args.xds_max_request_bytes,
@@ -426,6 +404,112 @@ pub async fn run(args: ServeArgs) -> anyhow::Result<ExitCode> {
     follower.abort();
     store.close().await;
     Ok(ExitCode::SUCCESS)
+}
+
+/// What a start must not do without being told: each refusal names the flag that allows it;
+/// each allowed risk is logged as a warning.
+fn check_start(args: &ServeArgs, tokens: &Tokens) -> anyhow::Result<()> {
+    let tls = &args.tls;
+    let xds_beyond_loopback = !args.xds_addr.ip().is_loopback();
+    let admin_beyond_loopback = !args.admin_addr.ip().is_loopback();
+    if tokens.is_empty() && admin_beyond_loopback {
+        bail!(
+            "refusing to serve the admin API on {} without tokens: pass --admin-token-file, or \
+             listen on a loopback address",
+            args.admin_addr
+        );
+    }
+    if tls.xds().is_none() && xds_beyond_loopback {
+        if !tls.xds_insecure {
+            bail!(
+                "refusing to serve xDS in plaintext on {}: anyone who reaches it could read every \
+                 resource and claim any parameters. Pass --xds-tls-cert and --xds-tls-key (and \
+                 --xds-client-ca for mutual TLS), listen on a loopback address, or accept the \
+                 risk with --xds-insecure",
+                args.xds_addr
+            );
+        }
+        tracing::warn!(
+            addr = %args.xds_addr,
+            "--xds-insecure: serving xDS in PLAINTEXT beyond loopback; any client that reaches \
+             the port can read every resource and claim any parameters"
+        );
+    }
+    if tls.xds().is_some() && tls.xds_client_ca.is_none() && xds_beyond_loopback {
+        if !tls.xds_unauthenticated {
+            bail!(
+                "refusing to serve xDS over TLS on {} without --xds-client-ca: clients would not \
+                 be authenticated, so anyone who reaches the port could read every resource. \
+                 Pass --xds-client-ca (mutual TLS), listen on a loopback address, or accept the \
+                 risk with --xds-unauthenticated",
+                args.xds_addr
+            );
+        }
+        tracing::warn!(
+            addr = %args.xds_addr,
+            "--xds-unauthenticated: xDS over TLS without client certificates beyond loopback; \
+             anyone who reaches the port can read every resource"
+        );
+    }
+    if tls.admin().is_none() && admin_beyond_loopback {
+        if !tls.admin_insecure {
+            bail!(
+                "refusing to serve the admin API in plaintext on {}: bearer tokens would cross \
+                 the network in clear text. Pass --admin-tls-cert and --admin-tls-key, listen on \
+                 a loopback address, or accept the risk with --admin-insecure",
+                args.admin_addr
+            );
+        }
+        tracing::warn!(
+            addr = %args.admin_addr,
+            "--admin-insecure: the admin API listens beyond loopback without TLS; bearer tokens \
+             cross the network in clear text"
+        );
+    }
+    if tokens.is_empty() && args.admin_allowed_hosts.iter().any(|h| h.trim() == "*") {
+        if !tls.admin_insecure {
+            bail!(
+                "refusing --admin-allowed-hosts '*' without tokens: any web page could reach the \
+                 admin API through DNS rebinding and write. Pass --admin-token-file, name the \
+                 hosts, or accept the risk with --admin-insecure"
+            );
+        }
+        tracing::warn!(
+            "--admin-insecure: any Host is accepted and no token is asked for; a DNS-rebinding \
+             page can use the admin API"
+        );
+    }
+    if tls.xds_client_ca.is_none() && tls.xds_secrets_without_mtls {
+        tracing::warn!(
+            "--xds-secrets-without-mtls: SDS serves secrets to clients that are not \
+             authenticated"
+        );
+    }
+    if tls.xds_client_ca.is_some() && tls.xds_identity_template.is_none() {
+        tracing::warn!(
+            "mutual TLS without --xds-identity-template: any client with a certificate can \
+             claim any parameters, and obtain any secret whose variants they match"
+        );
+    }
+    Ok(())
+}
+
+/// Which secrets SDS serves: with an identity template, only variants bound to the identities
+/// they name (or shared secrets); with mutual TLS and no template, all; without mutual TLS,
+/// none unless `--xds-secrets-without-mtls`.
+fn secret_access(tls: &TlsArgs, template: Option<&IdentityTemplate>) -> vxds_xds::SecretAccess {
+    match (template, tls.xds_client_ca.is_some()) {
+        (Some(template), _) => vxds_xds::SecretAccess::IdentityBound(
+            template
+                .keys()
+                .map(str::to_owned)
+                .collect::<Vec<_>>()
+                .into(),
+        ),
+        (None, true) => vxds_xds::SecretAccess::Open,
+        (None, false) if tls.xds_secrets_without_mtls => vxds_xds::SecretAccess::Open,
+        (None, false) => vxds_xds::SecretAccess::Refused,
+    }
 }
 
 fn replica_id(text: &str) -> Result<String, String> {

@@ -41,7 +41,7 @@ fn dev_certs(dir: &Path, args: &[&str]) {
 
 /// A CA, the server's certificate, and clients `shop` and `bank` (their namespaces) and
 /// `misfit` (an identity the template does not fit).
-fn certificates(dir: &Path) -> PathBuf {
+pub(super) fn certificates(dir: &Path) -> PathBuf {
     let certs = dir.join("certs");
     dev_certs(
         &certs,
@@ -57,12 +57,16 @@ fn certificates(dir: &Path) -> PathBuf {
     certs
 }
 
-fn file(certs: &Path, name: &str) -> String {
+pub(super) fn file(certs: &Path, name: &str) -> String {
     certs.join(name).display().to_string()
 }
 
 /// `vxds serve` with xDS over mutual TLS and the SPIFFE identity template.
-fn start_mtls_vxds(dir: &Path, certs: &Path, extra: &[&str]) -> (ServeProcess, String, u16) {
+pub(super) fn start_mtls_vxds(
+    dir: &Path,
+    certs: &Path,
+    extra: &[&str],
+) -> (ServeProcess, String, u16) {
     let (cert, key, ca) = (
         file(certs, "server.pem"),
         file(certs, "server.key"),
@@ -102,9 +106,33 @@ fn start_mtls_envoy(
     claimed: &str,
     instance: &str,
 ) -> Process {
-    let client = name.strip_prefix("envoy-").unwrap();
     let mut bootstrap =
         envoy_bootstrap(name, ads, xds_port, json!({"namespace": claimed}), instance);
+    mtls_bootstrap(&mut bootstrap, certs, name);
+    spawn_envoy(dir, name, &bootstrap)
+}
+
+/// Like [`start_mtls_envoy`], with `dynamic_parameters` added to the node's (by type URL);
+/// returns the bootstrap too (its admin port).
+pub(super) fn start_mtls_envoy_with(
+    dir: &Path,
+    certs: &Path,
+    name: &'static str,
+    ads: Ads,
+    xds_port: u16,
+    dynamic_parameters: Value,
+) -> (Process, Value) {
+    let mut bootstrap = envoy_bootstrap(name, ads, xds_port, json!({}), "a");
+    for (type_url, params) in dynamic_parameters.as_object().unwrap() {
+        bootstrap["node"]["dynamic_parameters"][type_url] = params.clone();
+    }
+    mtls_bootstrap(&mut bootstrap, certs, name);
+    (spawn_envoy(dir, name, &bootstrap), bootstrap)
+}
+
+/// The `xds` cluster over mutual TLS with `envoy-<client>`'s certificate.
+fn mtls_bootstrap(bootstrap: &mut Value, certs: &Path, name: &str) {
+    let client = name.strip_prefix("envoy-").unwrap();
     bootstrap["static_resources"]["clusters"][0]["transport_socket"] = json!({
         "name": "envoy.transport_sockets.tls",
         "typed_config": {
@@ -123,7 +151,6 @@ fn start_mtls_envoy(
             },
         },
     });
-    spawn_envoy(dir, name, &bootstrap)
 }
 
 fn client_config(certs: &Path, client: Option<(&Path, &str)>) -> ClientConfig {
