@@ -151,7 +151,8 @@ pub struct TlsArgs {
     /// certificate gets no stream.
     #[arg(long, env = "VXDS_XDS_CLIENT_CA", requires = "xds_tls_cert")]
     pub xds_client_ca: Option<PathBuf>,
-    /// Turns a client certificate's identity (its URI SAN, else its first DNS SAN) into trusted
+    /// Turns a client certificate's identity (its one URI SAN; without any, its one DNS SAN; a
+    /// certificate with several has none and is refused) into trusted
     /// dynamic parameters, e.g. `spiffe://{trust_domain}/ns/{namespace}/sa/{service_account}`:
     /// they override what the client claims, and a client whose identity does not fit is
     /// refused (PERMISSION_DENIED). Needs `--xds-client-ca`.
