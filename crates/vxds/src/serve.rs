@@ -30,9 +30,11 @@ pub struct ServeArgs {
     /// Do not apply pending migrations at start.
     #[arg(long)]
     pub no_migrate: bool,
-    /// Bearer tokens for the admin API, one per line: `read <token> [name]` or
-    /// `write <token> [name]`, the token in plaintext or as `sha256:<hex>` (what
-    /// `vxds token create` prints). Required when the admin API listens beyond loopback.
+    /// Bearer tokens for the admin API, one per line: `<scope> <token> [name]`, the scope
+    /// `metrics` (`/metrics` only), `read`, `write` or `secrets` (each allows what the ones
+    /// before it do; only `secrets` sees secret key material, redacted for the others), the
+    /// token in plaintext or as `sha256:<hex>` (what `vxds token create` prints). Required
+    /// when the admin API listens beyond loopback.
     #[arg(long, env = "VXDS_ADMIN_TOKEN_FILE")]
     pub admin_token_file: Option<PathBuf>,
     /// Names (comma-separated `name` or `name:port`; `*` for any) clients may reach the admin
