@@ -111,9 +111,11 @@ pub struct ServeArgs {
     #[arg(long, env = "VXDS_XDS_KEEPALIVE_TIMEOUT", default_value = "10s", value_parser = humantime::parse_duration)]
     pub xds_keepalive_timeout: std::time::Duration,
     /// Close xDS connections this old (±10 % jitter; gRPC's MAX_CONNECTION_AGE) so that load
-    /// re-spreads over replicas; clients reconnect and resume. Off by default.
-    #[arg(long, env = "VXDS_XDS_MAX_CONNECTION_AGE", value_parser = humantime::parse_duration)]
-    pub xds_max_connection_age: Option<std::time::Duration>,
+    /// re-spreads over replicas and a client whose certificate was rotated out, expired or
+    /// revoked is dropped within it: each reconnect is a new handshake against the current CA
+    /// bundle. Clients reconnect and resume. `0s`: never.
+    #[arg(long, env = "VXDS_XDS_MAX_CONNECTION_AGE", default_value = "1h", value_parser = humantime::parse_duration)]
+    pub xds_max_connection_age: std::time::Duration,
     /// How long a closing connection's streams have to end before the connection is cut.
     #[arg(long, env = "VXDS_XDS_MAX_CONNECTION_AGE_GRACE", default_value = "30s", value_parser = humantime::parse_duration)]
     pub xds_max_connection_age_grace: std::time::Duration,
@@ -290,7 +292,7 @@ pub async fn run(args: ServeArgs) -> anyhow::Result<ExitCode> {
         connections: vxds_xds::ConnectionConfig {
             keepalive_interval: Some(args.xds_keepalive_interval).filter(|i| !i.is_zero()),
             keepalive_timeout: args.xds_keepalive_timeout,
-            max_age: args.xds_max_connection_age,
+            max_age: Some(args.xds_max_connection_age).filter(|a| !a.is_zero()),
             max_age_grace: args.xds_max_connection_age_grace,
             drain_window: args.drain_timeout,
             drain_grace: args.shutdown_deadline,

@@ -255,3 +255,15 @@ variants:
     let plain = run(&["validate", "-f", path]);
     assert!(!stderr(&plain).contains("untrusted_secret_variant"));
 }
+
+#[test]
+fn connections_have_a_maximum_age_by_default() {
+    let help = run(&["serve", "--help"]);
+    let text = String::from_utf8_lossy(&help.stdout);
+    let flag = text
+        .split("--xds-max-connection-age <")
+        .nth(1)
+        .unwrap_or_else(|| panic!("{text}"));
+    let until_next = flag.split("--xds-max-connection-age-grace").next().unwrap();
+    assert!(until_next.contains("[default: 1h]"), "{until_next}");
+}
