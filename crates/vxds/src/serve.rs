@@ -155,6 +155,11 @@ pub struct TlsArgs {
     /// certificate gets no stream.
     #[arg(long, env = "VXDS_XDS_CLIENT_CA", requires = "xds_tls_cert")]
     pub xds_client_ca: Option<PathBuf>,
+    /// Certificate revocation lists (PEM, one or more) for the client CAs: a client whose
+    /// certificate they revoke is refused at the handshake. Re-read when it changes, like the
+    /// CA bundle; connections made before a revocation close at --xds-max-connection-age.
+    #[arg(long, env = "VXDS_XDS_CLIENT_CRL", requires = "xds_client_ca")]
+    pub xds_client_crl: Option<PathBuf>,
     /// Turns a client certificate's identity (its one URI SAN; without any, its one DNS SAN; a
     /// certificate with several has none and is refused) into trusted
     /// dynamic parameters, e.g. `spiffe://{trust_domain}/ns/{namespace}/sa/{service_account}`:
@@ -193,6 +198,7 @@ impl TlsArgs {
             cert: self.xds_tls_cert.clone()?,
             key: self.xds_tls_key.clone()?,
             client_ca: self.xds_client_ca.clone(),
+            client_crl: self.xds_client_crl.clone(),
         })
     }
 
@@ -201,6 +207,7 @@ impl TlsArgs {
             cert: self.admin_tls_cert.clone()?,
             key: self.admin_tls_key.clone()?,
             client_ca: None,
+            client_crl: None,
         })
     }
 

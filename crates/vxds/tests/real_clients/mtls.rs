@@ -569,3 +569,53 @@ async fn admin_api_over_https_with_hashed_and_plaintext_tokens() {
         .await;
     assert!(plain.is_err() || plain.unwrap().status() != 200);
 }
+
+/// A CRL from `certs`' CA that revokes `client`'s certificate, in `certs/revoked.crl.pem`.
+fn revoke(certs: &Path, client: &str) -> String {
+    use x509_parser::prelude::{FromDer, X509Certificate};
+    let ca_key =
+        rcgen::KeyPair::from_pem(&std::fs::read_to_string(certs.join("ca.key")).unwrap()).unwrap();
+    let ca_pem = std::fs::read_to_string(certs.join("ca.pem")).unwrap();
+    let issuer = rcgen::Issuer::from_ca_cert_pem(&ca_pem, ca_key).unwrap();
+    let pem = std::fs::read(certs.join(format!("{client}.pem"))).unwrap();
+    let der = CertificateDer::from_pem_slice(&pem).unwrap();
+    let (_, cert) = X509Certificate::from_der(&der).unwrap();
+    let crl = rcgen::CertificateRevocationListParams {
+        this_update: rcgen::date_time_ymd(2024, 1, 1),
+        next_update: rcgen::date_time_ymd(2099, 1, 1),
+        crl_number: rcgen::SerialNumber::from(1u64),
+        issuing_distribution_point: None,
+        revoked_certs: vec![rcgen::RevokedCertParams {
+            serial_number: rcgen::SerialNumber::from_slice(cert.tbs_certificate.raw_serial()),
+            revocation_time: rcgen::date_time_ymd(2024, 1, 1),
+            reason_code: Some(rcgen::RevocationReason::KeyCompromise),
+            invalidity_date: None,
+        }],
+        key_identifier_method: rcgen::KeyIdMethod::Sha256,
+    }
+    .signed_by(&issuer)
+    .unwrap();
+    let path = certs.join("revoked.crl.pem");
+    std::fs::write(&path, crl.pem().unwrap()).unwrap();
+    path.display().to_string()
+}
+
+/// Issue 22 item 6: `--xds-client-crl` refuses a revoked certificate at the handshake; the
+/// CA's other clients go on.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn revoked_client_certificates_are_refused() {
+    let _ = rustls::crypto::ring::default_provider().install_default();
+    let dir = tempfile::tempdir().unwrap();
+    let certs = certificates(dir.path());
+    let crl = revoke(&certs, "shop");
+    let (_vxds, admin, xds_port) = start_mtls_vxds(dir.path(), &certs, &["--xds-client-crl", &crl]);
+    let client = reqwest::Client::new();
+    apply(&client, &admin, vec![namespace_routes("shop", "bank")]).await;
+
+    let bank = ask_for_routes(xds_port, client_config(&certs, Some((&certs, "bank")))).await;
+    assert_eq!(route_tag(&bank.unwrap()), "bank");
+    let shop = ask_for_routes(xds_port, client_config(&certs, Some((&certs, "shop")))).await;
+    let error = shop.unwrap_err();
+    // Refused by the handshake, not by the template.
+    assert!(!error.starts_with("PermissionDenied"), "{error}");
+}
