@@ -19,6 +19,7 @@ WORKDIR /var/lib/vxds
 EXPOSE 8080 18000
 ENV VXDS_ADMIN_ADDR=0.0.0.0:8080 \
     VXDS_XDS_ADDR=0.0.0.0:18000
-HEALTHCHECK --interval=5s --timeout=3s --retries=5 CMD curl -fsS http://127.0.0.1:8080/readyz || exit 1
+# The admin API beyond loopback is HTTPS (vxds refuses plaintext there unless told).
+HEALTHCHECK --interval=5s --timeout=3s --retries=5 CMD curl -fsSk https://127.0.0.1:8080/readyz || curl -fsS http://127.0.0.1:8080/readyz || exit 1
 ENTRYPOINT ["vxds"]
 CMD ["serve"]

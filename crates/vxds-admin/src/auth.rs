@@ -1,7 +1,11 @@
-//! Bearer tokens: reads need a `read` or `write` token, writes a `write` token.
+//! Bearer tokens. Scopes, each allowing what the ones before it do:
+//! - `metrics`: `/metrics` only (a Prometheus scrape credential reads nothing else);
+//! - `read`: every read, with secret key material redacted (see [`crate::redact`]);
+//! - `write`: writes too (secrets still redacted in what it reads);
+//! - `secrets`: secret key material shown too.
 //!
-//! The token file has one token per line: `<scope> <token> [<name>]` (or `<token> <scope>`),
-//! where scope is `read` or `write`; blank lines and lines starting with `#` are ignored. A `#`
+//! The token file has one token per line: `<scope> <token> [<name>]` (or `<token> <scope>`);
+//! blank lines and lines starting with `#` are ignored. A `#`
 //! anywhere else is part of a word (a token may hold one): a comment after the fields is
 //! refused, not silently cut off. The name, if
 //! given, is recorded as the author of the revisions the token writes. Without tokens, every
@@ -24,8 +28,31 @@ use crate::problem::ApiError;
 
 #[derive(Clone, Copy, Debug, PartialEq, Eq, PartialOrd, Ord)]
 pub enum Scope {
+    Metrics,
     Read,
     Write,
+    Secrets,
+}
+
+impl Scope {
+    fn parse(word: &str) -> Option<Self> {
+        match word {
+            "metrics" => Some(Scope::Metrics),
+            "read" => Some(Scope::Read),
+            "write" => Some(Scope::Write),
+            "secrets" => Some(Scope::Secrets),
+            _ => None,
+        }
+    }
+
+    fn as_str(self) -> &'static str {
+        match self {
+            Scope::Metrics => "metrics",
+            Scope::Read => "read",
+            Scope::Write => "write",
+            Scope::Secrets => "secrets",
+        }
+    }
 }
 
 #[derive(Clone)]
@@ -101,6 +128,8 @@ fn parse_sha256_hex(hex: &str) -> Result<[u8; 32], String> {
 #[derive(Clone, Debug, Default)]
 pub struct Caller {
     pub name: Option<String>,
+    /// May see secret key material (a `secrets` token, or no tokens at all).
+    pub sees_secrets: bool,
 }
 
 impl Tokens {
@@ -125,11 +154,7 @@ impl Tokens {
                 continue;
             }
             let words: Vec<&str> = line.split_whitespace().collect();
-            let scope_of = |w: &str| match w {
-                "read" => Some(Scope::Read),
-                "write" => Some(Scope::Write),
-                _ => None,
-            };
+            let scope_of = Scope::parse;
             let (scope, secret, name) = match words.as_slice() {
                 [first, secret, rest @ ..]
                     if scope_of(first).is_some()
@@ -152,7 +177,8 @@ impl Tokens {
                     return Err(TokenFileError::Line {
                         line: line_no,
                         message: format!(
-                            "expected `read <token> [name]` or `write <token> [name]`{hint}"
+                            "expected `<scope> <token> [name]`, the scope `metrics`, `read`, \
+                             `write` or `secrets`{hint}"
                         ),
                     });
                 }
@@ -206,6 +232,7 @@ impl Tokens {
 pub(crate) fn required_scope(method: &Method, path: &str) -> Option<Scope> {
     match path {
         "/healthz" | "/healthz/store" | "/readyz" | "/v1/openapi.json" => None,
+        "/metrics" => Some(Scope::Metrics),
         // The console's page and script hold no data; it reads the API with the operator's
         // token.
         _ if crate::ui::is_console_path(path)
@@ -237,7 +264,10 @@ pub async fn authorize(
         return next.run(request).await;
     };
     if state.tokens.is_empty() {
-        request.extensions_mut().insert(Caller::default());
+        request.extensions_mut().insert(Caller {
+            name: None,
+            sees_secrets: true,
+        });
         return next.run(request).await;
     }
     let presented = request
@@ -255,12 +285,24 @@ pub async fn authorize(
         return ApiError::Unauthorized("the bearer token is not valid".into()).into_response();
     };
     if token.scope < needed {
-        return ApiError::Forbidden("this token may read but not write".into()).into_response();
+        return ApiError::Forbidden(format!(
+            "this token's scope is `{}`; this needs `{}`",
+            token.scope.as_str(),
+            needed.as_str()
+        ))
+        .into_response();
     }
+    let sees_secrets = token.scope >= Scope::Secrets;
     request.extensions_mut().insert(Caller {
         name: token.name.clone(),
+        sees_secrets,
     });
-    next.run(request).await
+    let response = next.run(request).await;
+    if sees_secrets {
+        response
+    } else {
+        crate::redact::redact_response(response).await
+    }
 }
 
 #[cfg(test)]
@@ -401,7 +443,10 @@ mod tests {
             required_scope(&Method::POST, "/v1/changesets"),
             Some(Scope::Write)
         );
-        assert_eq!(required_scope(&Method::GET, "/metrics"), Some(Scope::Read));
+        assert_eq!(
+            required_scope(&Method::GET, "/metrics"),
+            Some(Scope::Metrics)
+        );
         assert_eq!(required_scope(&Method::GET, "/ui/console.js"), None);
         assert_eq!(required_scope(&Method::POST, "/ui/"), Some(Scope::Write));
         assert_eq!(

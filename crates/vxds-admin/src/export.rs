@@ -43,6 +43,9 @@ struct Document<'a> {
     #[serde(rename = "type")]
     resource_type: &'a str,
     name: &'a str,
+    /// A shared secret stays shared when the export is applied.
+    #[serde(skip_serializing_if = "std::ops::Not::not")]
+    shared: bool,
     variants: Vec<Variant>,
 }
 
@@ -72,8 +75,10 @@ struct Variant {
 )]
 pub async fn export(
     State(state): State<AdminState>,
+    caller: Option<axum::Extension<crate::auth::Caller>>,
     Query(params): Query<ExportParams>,
 ) -> Result<Response, ApiError> {
+    let redact = caller.is_none_or(|c| !c.sees_secrets);
     let type_url = params
         .resource_type
         .as_deref()
@@ -83,7 +88,7 @@ pub async fn export(
     let (revision, resources) = state.store.export(type_url.as_deref()).await?;
     // A few pieces ahead of the client, no more.
     let (tx, rx) = mpsc::channel::<Result<Bytes, std::io::Error>>(4);
-    tokio::task::spawn_blocking(move || write_documents(resources, &tx));
+    tokio::task::spawn_blocking(move || write_documents(resources, redact, &tx));
     let body = futures::stream::unfold(rx, |mut rx| async move {
         rx.recv().await.map(|piece| (piece, rx))
     });
@@ -101,11 +106,12 @@ pub async fn export(
 /// with an error, so that the client sees a failed export rather than a short one.
 fn write_documents(
     resources: Vec<StoredResource>,
+    redact: bool,
     tx: &mpsc::Sender<Result<Bytes, std::io::Error>>,
 ) {
     let mut piece = String::new();
     for resource in &resources {
-        match document(resource) {
+        match document(resource, redact) {
             Ok(text) => {
                 piece.push_str("---\n");
                 piece.push_str(&text);
@@ -130,16 +136,20 @@ fn write_documents(
 }
 
 /// One resource as a YAML document (without the `---` line).
-fn document(resource: &StoredResource) -> Result<String, String> {
+fn document(resource: &StoredResource, redact: bool) -> Result<String, String> {
     let ty = ResourceType::resolve(&resource.key.type_url).map_err(|e| e.to_string())?;
     let variants = resource
         .variants
         .iter()
         .map(|v| {
             let text = v.constraints.to_string();
+            let mut resource = ResourceBody::json_of_any(&v.body, &ty).map_err(|e| e.message)?;
+            if redact {
+                crate::redact::redact_secrets(&mut resource);
+            }
             Ok(Variant {
                 constraints: (text != "*").then_some(text),
-                resource: ResourceBody::json_of_any(&v.body, &ty).map_err(|e| e.message)?,
+                resource,
                 ttl: v.ttl.map(|t| humantime::format_duration(t).to_string()),
             })
         })
@@ -147,6 +157,7 @@ fn document(resource: &StoredResource) -> Result<String, String> {
     let document = Document {
         resource_type: ty.alias().unwrap_or(&resource.key.type_url),
         name: &resource.key.name,
+        shared: resource.shared,
         variants,
     };
     serde_norway::to_string(&document).map_err(|e| e.to_string())

@@ -20,6 +20,7 @@ pub mod metrics;
 pub mod origin;
 pub mod problem;
 mod query;
+pub mod redact;
 mod repr;
 mod resolve;
 mod resources;

@@ -36,6 +36,9 @@ pub struct ResourceRepr {
     pub created_revision: u64,
     pub created_at: String,
     pub updated_at: String,
+    /// Secrets only: served to any client its variants match, trusted constraints or not
+    /// (see `shared` on a put). False for every other resource.
+    pub shared: bool,
     pub variants: Vec<VariantRepr>,
 }
 
@@ -95,6 +98,7 @@ pub fn resource_repr(stored: &StoredResource) -> Result<ResourceRepr, ApiError> 
         created_revision: stored.created_revision,
         created_at: timestamp(stored.created_at_ms),
         updated_at: timestamp(stored.updated_at_ms),
+        shared: stored.shared,
         variants: stored
             .variants
             .iter()

@@ -270,6 +270,9 @@ pub struct WriteParams {
 pub struct PutBody {
     #[schema(min_items = 1)]
     pub variants: Vec<VariantRequest>,
+    /// Secrets only: serve it to any client its variants match, trusted constraints or not.
+    #[serde(default, skip_serializing_if = "std::ops::Not::not")]
+    pub shared: bool,
 }
 
 #[derive(Debug, Serialize, ToSchema)]
@@ -377,6 +380,7 @@ pub async fn put(
             name: path.raw_name.clone(),
             expected_version,
             must_not_exist,
+            shared: body.shared,
             variants: body.variants,
         })],
     };

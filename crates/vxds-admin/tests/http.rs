@@ -14,6 +14,8 @@ mod impact;
 mod outage;
 #[path = "http/restore.rs"]
 mod restore;
+#[path = "http/shared.rs"]
+mod shared;
 #[path = "http/support.rs"]
 mod support;
 #[path = "http/tokens.rs"]

@@ -254,6 +254,31 @@ pub fn open_to_any_identity(
         })
 }
 
+/// Whether `constraints` hold only for identities they name: no client whose identity gives
+/// none of their values can match them, whatever untrusted parameters it claims. Unlike
+/// [`open_to_any_identity`], an analysis that gives up within its budget answers `false`:
+/// this decides what is served, and what cannot be shown bound is not. Without trusted keys
+/// nothing is bound.
+pub fn bound_to_identity(
+    constraints: &CanonicalConstraints,
+    trusted_keys: &[String],
+    limits: &VariantLimits,
+) -> bool {
+    if trusted_keys.is_empty() {
+        return false;
+    }
+    let unissued = Constraint::And(
+        trusted_keys
+            .iter()
+            .map(|key| Constraint::equals(key.clone(), UNISSUED))
+            .collect(),
+    );
+    let Ok(unissued) = Constraints::new(unissued, &Limits::DEFAULT) else {
+        return false;
+    };
+    check_mutual_exclusivity(&[constraints.clone(), unissued.canonical()], limits).is_empty()
+}
+
 /// `client` with every trusted key set to its trusted value: the client cannot override them,
 /// and cannot hide them by leaving them out.
 pub fn overlay_trusted(mut client: ParamSet, trusted: &ParamSet) -> ParamSet {
@@ -394,6 +419,33 @@ mod tests {
                 "{text}"
             );
         }
+    }
+
+    #[test]
+    fn only_constraints_shown_bound_are_bound() {
+        let keys = vec!["namespace".to_owned()];
+        let bound = |text: &str, keys: &[String]| {
+            let constraints = Constraints::parse(text, &Limits::DEFAULT)
+                .unwrap()
+                .canonical();
+            bound_to_identity(&constraints, keys, &VariantLimits::DEFAULT)
+        };
+        assert!(bound(r#"namespace = "shop""#, &keys));
+        assert!(bound(r#"namespace in (shop, bank) && env = "dev""#, &keys));
+        for open in ["*", r#"env = "dev""#, r#"namespace != "shop""#] {
+            assert!(!bound(open, &keys), "{open}");
+        }
+        // No trusted keys: nothing is bound to an identity.
+        assert!(!bound(r#"namespace = "shop""#, &[]));
+        // Undecided within the budget: not bound.
+        let tiny = VariantLimits {
+            analysis_budget: 1,
+            ..VariantLimits::DEFAULT
+        };
+        let constraints = Constraints::parse(r#"namespace = "shop""#, &Limits::DEFAULT)
+            .unwrap()
+            .canonical();
+        assert!(!bound_to_identity(&constraints, &keys, &tiny));
     }
 
     #[test]

@@ -71,6 +71,8 @@ struct OperationFields {
     must_not_exist: Option<bool>,
     #[serde(default)]
     variants: Option<Vec<VariantRequest>>,
+    #[serde(default)]
+    shared: Option<bool>,
 }
 
 #[derive(Deserialize)]
@@ -90,12 +92,14 @@ impl TryFrom<OperationFields> for OperationRequest {
                 name: fields.name,
                 expected_version: fields.expected_version,
                 must_not_exist: fields.must_not_exist.unwrap_or(false),
+                shared: fields.shared.unwrap_or(false),
                 variants: fields.variants.ok_or("missing field `variants`")?,
             })),
             OperationKind::Delete => {
                 for (present, field) in [
                     (fields.variants.is_some(), "variants"),
                     (fields.must_not_exist.is_some(), "must_not_exist"),
+                    (fields.shared.is_some(), "shared"),
                 ] {
                     if present {
                         return Err(format!(
@@ -129,6 +133,12 @@ pub struct PutRequest {
     /// Refuse (conflict) if the resource exists: create only.
     #[serde(default, skip_serializing_if = "std::ops::Not::not")]
     pub must_not_exist: bool,
+    /// Secrets only: serve this secret's variants to any client they match, trusted
+    /// constraints or not. Without it, when client identities are trusted (an identity
+    /// template), a secret is served only through variants that hold for the identities they
+    /// name. Recorded with the resource; a put without it un-shares.
+    #[serde(default, skip_serializing_if = "std::ops::Not::not")]
+    pub shared: bool,
     pub variants: Vec<VariantRequest>,
 }
 
@@ -238,6 +248,16 @@ mod operation_schema {
                         .description(Some(
                             "Refuse (409) if the resource exists: create only. Not with \
                              `expected_version`",
+                        )),
+                )
+                .property(
+                    "shared",
+                    ObjectBuilder::new()
+                        .schema_type(Type::Boolean)
+                        .description(Some(
+                            "Secrets only: served to any client its variants match, trusted \
+                             constraints or not (default false: with an identity template, \
+                             only variants bound to the identities they name are served)",
                         )),
                 )
                 .property(
@@ -382,6 +402,8 @@ pub enum Action {
 #[derive(Clone, Debug)]
 pub struct ValidatedResource {
     pub variants: Vec<ValidatedVariant>,
+    /// A secret marked shared (see [`PutRequest::shared`]).
+    pub shared: bool,
     /// Hash of the variants' ids and versions, in order.
     pub version: String,
     /// For clusters: the clusters its aggregate variants point to (empty for other kinds).

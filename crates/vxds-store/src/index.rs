@@ -68,6 +68,24 @@ pub struct IndexedVariant {
     pub ttl: Option<std::time::Duration>,
     /// The body is a TP1 redirect (`xds.core.v3.ResourceLocator`): always sent wrapped.
     pub redirect: bool,
+    /// Whether the constraints hold only for the identities they name; worked out on first
+    /// use, for the process's trusted keys (fixed for its life).
+    identity_bound: std::sync::OnceLock<bool>,
+}
+
+impl IndexedVariant {
+    /// Whether only clients whose trusted parameters the constraints name can match this
+    /// variant (see [`vxds_core::identity::bound_to_identity`]). `trusted_keys` must be the
+    /// same on every call: the answer is kept.
+    pub fn identity_bound(&self, trusted_keys: &[String]) -> bool {
+        *self.identity_bound.get_or_init(|| {
+            vxds_core::identity::bound_to_identity(
+                &self.constraints,
+                trusted_keys,
+                &vxds_core::variants::VariantLimits::DEFAULT,
+            )
+        })
+    }
 }
 
 /// A resource: its variants and the matcher that picks one for a subscriber.
@@ -79,6 +97,8 @@ pub struct IndexedResource {
     pub version: String,
     /// The revision that last changed it.
     pub revision: u64,
+    /// A secret marked shared: served to any client its variants match.
+    pub shared: bool,
     pub variants: Vec<IndexedVariant>,
     pub matcher: VariantMatcher,
 }
@@ -126,6 +146,7 @@ impl IndexedResource {
                     body: Bytes::from(v.body),
                     version: Arc::from(v.version),
                     ttl: v.ttl,
+                    identity_bound: Default::default(),
                 }
             })
             .collect();
@@ -134,6 +155,7 @@ impl IndexedResource {
             key: stored.key,
             version: stored.version,
             revision: stored.revision,
+            shared: stored.shared,
             variants,
             matcher,
         }
@@ -149,6 +171,7 @@ impl IndexedResource {
             key,
             version: version.to_string(),
             revision,
+            shared: false,
             variants: vec![IndexedVariant {
                 id: constraints.id(),
                 constraints,
@@ -159,6 +182,7 @@ impl IndexedResource {
                 body,
                 version,
                 ttl: None,
+                identity_bound: Default::default(),
             }],
             matcher,
         }

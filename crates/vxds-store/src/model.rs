@@ -16,6 +16,8 @@ pub struct StoredResource {
     pub created_revision: u64,
     pub created_at_ms: i64,
     pub updated_at_ms: i64,
+    /// A secret marked shared: served to any client its variants match (issue 22).
+    pub shared: bool,
     pub variants: Vec<StoredVariant>,
 }
 
@@ -167,6 +169,7 @@ impl StoredResource {
             created_revision: revision,
             created_at_ms: now_ms,
             updated_at_ms: now_ms,
+            shared: resource.shared,
             variants: resource
                 .variants
                 .iter()

@@ -31,10 +31,21 @@ pub fn trusted_params(
     template
         .trusted_params(peer.and_then(PeerIdentity::identity))
         .map_err(|mismatch| match mismatch {
-            IdentityMismatch::Missing => Status::permission_denied(
-                "this server derives trusted parameters from client certificates, and the \
-                 connection carries none with a URI or DNS SAN",
-            ),
+            IdentityMismatch::Missing => Status::permission_denied(match peer {
+                Some(peer) if peer.uri_sans.len() > 1 => format!(
+                    "the client certificate names {} URI SANs; an identity (a SPIFFE ID) is \
+                     exactly one",
+                    peer.uri_sans.len()
+                ),
+                Some(peer) if peer.uri_sans.is_empty() && peer.dns_sans.len() > 1 => format!(
+                    "the client certificate has no URI SAN and {} DNS SANs; the DNS fallback \
+                     takes a certificate with exactly one",
+                    peer.dns_sans.len()
+                ),
+                _ => "this server derives trusted parameters from client certificates, and the \
+                      connection carries none with a URI or DNS SAN"
+                    .to_owned(),
+            }),
             IdentityMismatch::NoMatch { .. } | IdentityMismatch::Ambiguous { .. } => {
                 Status::permission_denied(mismatch.to_string())
             }
@@ -52,12 +63,16 @@ pub struct PeerIdentity {
 }
 
 impl PeerIdentity {
-    /// The identity: the first URI SAN (a SPIFFE ID), else the first DNS SAN.
+    /// The identity: the URI SAN (a SPIFFE ID), if there is exactly one; else, when there is
+    /// no URI SAN, the DNS SAN if there is exactly one. A certificate with several has none:
+    /// SPIFFE's X509-SVID (§2) says validators must reject more than one URI SAN, and taking
+    /// the first of several names would let whoever ordered them choose the identity.
     pub fn identity(&self) -> Option<&str> {
-        self.uri_sans
-            .first()
-            .or_else(|| self.dns_sans.first())
-            .map(String::as_str)
+        match (self.uri_sans.as_slice(), self.dns_sans.as_slice()) {
+            ([uri], _) => Some(uri),
+            ([], [dns]) => Some(dns),
+            _ => None,
+        }
     }
 }
 
@@ -90,17 +105,41 @@ mod tests {
     }
 
     #[test]
-    fn uri_sans_come_first() {
+    fn one_uri_san_else_one_dns_san() {
         let peer = PeerIdentity {
             uri_sans: vec!["spiffe://td/ns/a/sa/b".into()],
-            dns_sans: vec!["envoy.a.svc".into()],
+            dns_sans: vec!["envoy.a.svc".into(), "other".into()],
         };
         assert_eq!(peer.identity(), Some("spiffe://td/ns/a/sa/b"));
         let dns_only = PeerIdentity {
-            dns_sans: vec!["envoy.a.svc".into(), "other".into()],
+            dns_sans: vec!["envoy.a.svc".into()],
             ..Default::default()
         };
         assert_eq!(dns_only.identity(), Some("envoy.a.svc"));
         assert_eq!(PeerIdentity::default().identity(), None);
+
+        // Several URI SANs: no identity, whatever their order; refused under a template.
+        let template =
+            IdentityTemplate::parse("spiffe://{trust_domain}/ns/{namespace}/sa/{sa}").unwrap();
+        let two_uris = PeerIdentity {
+            uri_sans: vec![
+                "spiffe://td/ns/b/sa/x".into(),
+                "spiffe://td/ns/a/sa/x".into(),
+            ],
+            dns_sans: vec![],
+        };
+        assert_eq!(two_uris.identity(), None);
+        let denied = trusted_params(Some(&template), Some(&two_uris)).unwrap_err();
+        assert_eq!(denied.code(), tonic::Code::PermissionDenied);
+        assert!(denied.message().contains("2 URI SANs"), "{denied:?}");
+        // The DNS fallback only with exactly one DNS SAN.
+        let two_dns = PeerIdentity {
+            uri_sans: vec![],
+            dns_sans: vec!["b.svc".into(), "a.svc".into()],
+        };
+        assert_eq!(two_dns.identity(), None);
+        let dns_template = IdentityTemplate::parse("{namespace}.svc").unwrap();
+        let denied = trusted_params(Some(&dns_template), Some(&two_dns)).unwrap_err();
+        assert!(denied.message().contains("2 DNS SANs"), "{denied:?}");
     }
 }

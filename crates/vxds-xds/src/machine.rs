@@ -61,6 +61,36 @@ pub struct MachineConfig {
     pub max_types: usize,
     /// Heartbeats go out at this fraction of the shortest TTL a stream holds.
     pub heartbeat_fraction: f64,
+    /// Which secrets SDS serves.
+    pub secrets: SecretAccess,
+}
+
+/// Which secrets SDS serves (issue 22: deny by default).
+#[derive(Clone, Debug, Default, PartialEq, Eq)]
+pub enum SecretAccess {
+    /// Every secret, to any client its variants match: clients are not told apart by
+    /// certificate (mutual TLS without an identity template; tests).
+    #[default]
+    Open,
+    /// None: clients are not authenticated (no mutual TLS), so a secret would go to anyone who
+    /// reaches the port. Subscriptions to secrets find nothing.
+    Refused,
+    /// A secret's variant only when its constraints hold just for the identities they name
+    /// (these trusted keys), unless the secret is marked shared.
+    IdentityBound(Arc<[String]>),
+}
+
+impl SecretAccess {
+    /// Whether `variant` of `resource` (a secret) may be served.
+    pub fn serves(&self, resource: &vxds_store::IndexedResource, variant: usize) -> bool {
+        match self {
+            SecretAccess::Open => true,
+            SecretAccess::Refused => false,
+            SecretAccess::IdentityBound(keys) => {
+                resource.shared || resource.variants[variant].identity_bound(keys)
+            }
+        }
+    }
 }
 
 /// The default heartbeat fraction: two heartbeats per TTL, so one may be lost or late.
@@ -73,6 +103,7 @@ impl Default for MachineConfig {
             max_subscriptions: 100_000,
             max_types: 64,
             heartbeat_fraction: DEFAULT_HEARTBEAT_FRACTION,
+            secrets: SecretAccess::Open,
         }
     }
 }
@@ -347,6 +378,9 @@ impl StreamMachine {
             }
             let params = self.default_params(type_url);
             let mut state = TypeState::new(type_url.to_owned(), params);
+            if type_url == types::SECRET {
+                state.secrets = Some(self.config.secrets.clone());
+            }
             state.inline_lists = self.node.as_ref().is_some_and(|n| {
                 n.client_features
                     .iter()
@@ -381,6 +415,13 @@ impl StreamMachine {
             .iter()
             .map(|l| (l.name.clone(), self.locator_params(&l.dynamic_parameters)))
             .collect();
+        refuse_secret_globs(
+            &type_url,
+            request
+                .resource_names
+                .iter()
+                .chain(request.resource_locators.iter().map(|l| &l.name)),
+        )?;
         let ty = self.type_state(&type_url)?;
         if !request.response_nonce.is_empty() {
             // Not the latest response's nonce: a later response superseded what this request
@@ -455,6 +496,13 @@ impl StreamMachine {
             .iter()
             .map(|l| (l.name.as_str(), self.locator_params(&l.dynamic_parameters)))
             .collect();
+        refuse_secret_globs(
+            &type_url,
+            request
+                .resource_names_subscribe
+                .iter()
+                .chain(request.resource_locators_subscribe.iter().map(|l| &l.name)),
+        )?;
         let ty = self.type_state(&type_url)?;
         if !request.response_nonce.is_empty()
             && let Some(ack) = ty.answer(
@@ -707,6 +755,24 @@ impl StreamMachine {
                 }
             }
         }
+    }
+}
+
+/// Secrets are asked for by name: a wildcard or a glob would hand a client every secret it can
+/// match without knowing their names, so such a subscription ends the stream.
+fn refuse_secret_globs<'a>(
+    type_url: &str,
+    mut names: impl Iterator<Item = &'a String>,
+) -> Result<(), Status> {
+    if type_url != types::SECRET {
+        return Ok(());
+    }
+    match names.find(|n| n.as_str() == "*" || n.ends_with("/*") || n.contains("/*?")) {
+        Some(name) => Err(Status::invalid_argument(format!(
+            "secrets are subscribed to by name: `{name}` (a wildcard or a glob) is refused on \
+             {type_url}"
+        ))),
+        None => Ok(()),
     }
 }
 

@@ -32,9 +32,11 @@ pub struct ServeArgs {
     /// Do not apply pending migrations at start.
     #[arg(long)]
     pub no_migrate: bool,
-    /// Bearer tokens for the admin API, one per line: `read <token> [name]` or
-    /// `write <token> [name]`, the token in plaintext or as `sha256:<hex>` (what
-    /// `vxds token create` prints). Required when the admin API listens beyond loopback.
+    /// Bearer tokens for the admin API, one per line: `<scope> <token> [name]`, the scope
+    /// `metrics` (`/metrics` only), `read`, `write` or `secrets` (each allows what the ones
+    /// before it do; only `secrets` sees secret key material, redacted for the others), the
+    /// token in plaintext or as `sha256:<hex>` (what `vxds token create` prints). Required
+    /// when the admin API listens beyond loopback.
     #[arg(long, env = "VXDS_ADMIN_TOKEN_FILE")]
     pub admin_token_file: Option<PathBuf>,
     /// Names (comma-separated `name` or `name:port`; `*` for any) clients may reach the admin
@@ -111,9 +113,11 @@ pub struct ServeArgs {
     #[arg(long, env = "VXDS_XDS_KEEPALIVE_TIMEOUT", default_value = "10s", value_parser = humantime::parse_duration)]
     pub xds_keepalive_timeout: std::time::Duration,
     /// Close xDS connections this old (±10 % jitter; gRPC's MAX_CONNECTION_AGE) so that load
-    /// re-spreads over replicas; clients reconnect and resume. Off by default.
-    #[arg(long, env = "VXDS_XDS_MAX_CONNECTION_AGE", value_parser = humantime::parse_duration)]
-    pub xds_max_connection_age: Option<std::time::Duration>,
+    /// re-spreads over replicas and a client whose certificate was rotated out, expired or
+    /// revoked is dropped within it: each reconnect is a new handshake against the current CA
+    /// bundle. Clients reconnect and resume. `0s`: never.
+    #[arg(long, env = "VXDS_XDS_MAX_CONNECTION_AGE", default_value = "1h", value_parser = humantime::parse_duration)]
+    pub xds_max_connection_age: std::time::Duration,
     /// How long a closing connection's streams have to end before the connection is cut.
     #[arg(long, env = "VXDS_XDS_MAX_CONNECTION_AGE_GRACE", default_value = "30s", value_parser = humantime::parse_duration)]
     pub xds_max_connection_age_grace: std::time::Duration,
@@ -168,16 +172,35 @@ pub struct TlsArgs {
     /// certificate gets no stream.
     #[arg(long, env = "VXDS_XDS_CLIENT_CA", requires = "xds_tls_cert")]
     pub xds_client_ca: Option<PathBuf>,
-    /// Turns a client certificate's identity (its URI SAN, else its first DNS SAN) into trusted
+    /// Certificate revocation lists (PEM, one or more) for the client CAs: a client whose
+    /// certificate they revoke is refused at the handshake. Re-read when it changes, like the
+    /// CA bundle; connections made before a revocation close at --xds-max-connection-age.
+    #[arg(long, env = "VXDS_XDS_CLIENT_CRL", requires = "xds_client_ca")]
+    pub xds_client_crl: Option<PathBuf>,
+    /// Turns a client certificate's identity (its one URI SAN; without any, its one DNS SAN; a
+    /// certificate with several has none and is refused) into trusted
     /// dynamic parameters, e.g. `spiffe://{trust_domain}/ns/{namespace}/sa/{service_account}`:
     /// they override what the client claims, and a client whose identity does not fit is
     /// refused (PERMISSION_DENIED). Needs `--xds-client-ca`.
     #[arg(long, env = "VXDS_XDS_IDENTITY_TEMPLATE", requires = "xds_client_ca")]
     pub xds_identity_template: Option<String>,
     /// Serve xDS in plaintext on a non-loopback address: anyone who reaches the port can
-    /// read every resource (secrets included) and claim any parameters.
+    /// read every resource and claim any parameters.
     #[arg(long, env = "VXDS_XDS_INSECURE")]
     pub xds_insecure: bool,
+    /// Serve xDS over TLS without `--xds-client-ca` on a non-loopback address: clients are
+    /// not authenticated, so anyone who reaches the port can read every resource.
+    #[arg(long, env = "VXDS_XDS_UNAUTHENTICATED")]
+    pub xds_unauthenticated: bool,
+    /// Serve secrets over SDS although clients are not authenticated (no `--xds-client-ca`):
+    /// without it, SDS serves no secrets to such clients.
+    #[arg(long, env = "VXDS_XDS_SECRETS_WITHOUT_MTLS")]
+    pub xds_secrets_without_mtls: bool,
+    /// Serve the admin API in plaintext on a non-loopback address (bearer tokens cross the
+    /// network in clear text), or accept any `Host` (`--admin-allowed-hosts '*'`) without
+    /// tokens (a DNS-rebinding page could then write).
+    #[arg(long, env = "VXDS_ADMIN_INSECURE")]
+    pub admin_insecure: bool,
     /// The admin API's certificate chain (PEM); with `--admin-tls-key`, it is served over HTTPS.
     #[arg(long, env = "VXDS_ADMIN_TLS_CERT", requires = "admin_tls_key")]
     pub admin_tls_cert: Option<PathBuf>,
@@ -192,6 +215,7 @@ impl TlsArgs {
             cert: self.xds_tls_cert.clone()?,
             key: self.xds_tls_key.clone()?,
             client_ca: self.xds_client_ca.clone(),
+            client_crl: self.xds_client_crl.clone(),
         })
     }
 
@@ -200,6 +224,7 @@ impl TlsArgs {
             cert: self.admin_tls_cert.clone()?,
             key: self.admin_tls_key.clone()?,
             client_ca: None,
+            client_crl: None,
         })
     }
 
@@ -220,45 +245,9 @@ pub async fn run(args: ServeArgs) -> anyhow::Result<ExitCode> {
         Some(path) => Tokens::load(path)?,
         None => Tokens::none(),
     };
-    if tokens.is_empty() && !args.admin_addr.ip().is_loopback() {
-        bail!(
-            "refusing to serve the admin API on {} without tokens: pass --admin-token-file, or \
-             listen on a loopback address",
-            args.admin_addr
-        );
-    }
     let template = args.tls.identity_template()?;
     let xds_tls = args.tls.xds();
-    if xds_tls.is_none() && !args.xds_addr.ip().is_loopback() {
-        if !args.tls.xds_insecure {
-            bail!(
-                "refusing to serve xDS in plaintext on {}: anyone who reaches it could read every \
-                 resource, secrets included, and claim any parameters. Pass --xds-tls-cert and \
-                 --xds-tls-key (and --xds-client-ca for mutual TLS), listen on a loopback \
-                 address, or accept the risk with --xds-insecure",
-                args.xds_addr
-            );
-        }
-        tracing::warn!(
-            addr = %args.xds_addr,
-            "--xds-insecure: serving xDS in PLAINTEXT beyond loopback; any client that reaches \
-             the port can read every resource and claim any parameters"
-        );
-    }
-    if xds_tls.is_some() && args.tls.xds_client_ca.is_none() && !args.xds_addr.ip().is_loopback() {
-        tracing::warn!(
-            addr = %args.xds_addr,
-            "xDS over TLS without --xds-client-ca: clients are not authenticated, so anyone who \
-             reaches the port can read every resource, secrets included"
-        );
-    }
-    if args.tls.admin().is_none() && !args.admin_addr.ip().is_loopback() {
-        tracing::warn!(
-            addr = %args.admin_addr,
-            "the admin API listens beyond loopback without TLS: bearer tokens cross the network \
-             in clear text (--admin-tls-cert, --admin-tls-key)"
-        );
-    }
+    check_start(&args, &tokens)?;
     if let Some(template) = &template
         && template.as_str().starts_with("spiffe://{")
     {
@@ -321,6 +310,7 @@ pub async fn run(args: ServeArgs) -> anyhow::Result<ExitCode> {
             node_metadata_params: args.node_metadata_params.clone(),
             max_subscriptions: args.xds_max_subscriptions,
             heartbeat_fraction: args.xds_heartbeat_fraction,
+            secrets: secret_access(&args.tls, template.as_ref()),
             ..Default::default()
         },
         max_request_bytes: args.xds_max_request_bytes,
@@ -330,7 +320,7 @@ pub async fn run(args: ServeArgs) -> anyhow::Result<ExitCode> {
         connections: vxds_xds::ConnectionConfig {
             keepalive_interval: Some(args.xds_keepalive_interval).filter(|i| !i.is_zero()),
             keepalive_timeout: args.xds_keepalive_timeout,
-            max_age: args.xds_max_connection_age,
+            max_age: Some(args.xds_max_connection_age).filter(|a| !a.is_zero()),
             max_age_grace: args.xds_max_connection_age_grace,
             drain_window: args.drain_timeout,
             drain_grace: args.shutdown_deadline,
@@ -447,6 +437,112 @@ pub async fn run(args: ServeArgs) -> anyhow::Result<ExitCode> {
     follower.abort();
     store.close().await;
     Ok(ExitCode::SUCCESS)
+}
+
+/// What a start must not do without being told: each refusal names the flag that allows it;
+/// each allowed risk is logged as a warning.
+fn check_start(args: &ServeArgs, tokens: &Tokens) -> anyhow::Result<()> {
+    let tls = &args.tls;
+    let xds_beyond_loopback = !args.xds_addr.ip().is_loopback();
+    let admin_beyond_loopback = !args.admin_addr.ip().is_loopback();
+    if tokens.is_empty() && admin_beyond_loopback {
+        bail!(
+            "refusing to serve the admin API on {} without tokens: pass --admin-token-file, or \
+             listen on a loopback address",
+            args.admin_addr
+        );
+    }
+    if tls.xds().is_none() && xds_beyond_loopback {
+        if !tls.xds_insecure {
+            bail!(
+                "refusing to serve xDS in plaintext on {}: anyone who reaches it could read every \
+                 resource and claim any parameters. Pass --xds-tls-cert and --xds-tls-key (and \
+                 --xds-client-ca for mutual TLS), listen on a loopback address, or accept the \
+                 risk with --xds-insecure",
+                args.xds_addr
+            );
+        }
+        tracing::warn!(
+            addr = %args.xds_addr,
+            "--xds-insecure: serving xDS in PLAINTEXT beyond loopback; any client that reaches \
+             the port can read every resource and claim any parameters"
+        );
+    }
+    if tls.xds().is_some() && tls.xds_client_ca.is_none() && xds_beyond_loopback {
+        if !tls.xds_unauthenticated {
+            bail!(
+                "refusing to serve xDS over TLS on {} without --xds-client-ca: clients would not \
+                 be authenticated, so anyone who reaches the port could read every resource. \
+                 Pass --xds-client-ca (mutual TLS), listen on a loopback address, or accept the \
+                 risk with --xds-unauthenticated",
+                args.xds_addr
+            );
+        }
+        tracing::warn!(
+            addr = %args.xds_addr,
+            "--xds-unauthenticated: xDS over TLS without client certificates beyond loopback; \
+             anyone who reaches the port can read every resource"
+        );
+    }
+    if tls.admin().is_none() && admin_beyond_loopback {
+        if !tls.admin_insecure {
+            bail!(
+                "refusing to serve the admin API in plaintext on {}: bearer tokens would cross \
+                 the network in clear text. Pass --admin-tls-cert and --admin-tls-key, listen on \
+                 a loopback address, or accept the risk with --admin-insecure",
+                args.admin_addr
+            );
+        }
+        tracing::warn!(
+            addr = %args.admin_addr,
+            "--admin-insecure: the admin API listens beyond loopback without TLS; bearer tokens \
+             cross the network in clear text"
+        );
+    }
+    if tokens.is_empty() && args.admin_allowed_hosts.iter().any(|h| h.trim() == "*") {
+        if !tls.admin_insecure {
+            bail!(
+                "refusing --admin-allowed-hosts '*' without tokens: any web page could reach the \
+                 admin API through DNS rebinding and write. Pass --admin-token-file, name the \
+                 hosts, or accept the risk with --admin-insecure"
+            );
+        }
+        tracing::warn!(
+            "--admin-insecure: any Host is accepted and no token is asked for; a DNS-rebinding \
+             page can use the admin API"
+        );
+    }
+    if tls.xds_client_ca.is_none() && tls.xds_secrets_without_mtls {
+        tracing::warn!(
+            "--xds-secrets-without-mtls: SDS serves secrets to clients that are not \
+             authenticated"
+        );
+    }
+    if tls.xds_client_ca.is_some() && tls.xds_identity_template.is_none() {
+        tracing::warn!(
+            "mutual TLS without --xds-identity-template: any client with a certificate can \
+             claim any parameters, and obtain any secret whose variants they match"
+        );
+    }
+    Ok(())
+}
+
+/// Which secrets SDS serves: with an identity template, only variants bound to the identities
+/// they name (or shared secrets); with mutual TLS and no template, all; without mutual TLS,
+/// none unless `--xds-secrets-without-mtls`.
+fn secret_access(tls: &TlsArgs, template: Option<&IdentityTemplate>) -> vxds_xds::SecretAccess {
+    match (template, tls.xds_client_ca.is_some()) {
+        (Some(template), _) => vxds_xds::SecretAccess::IdentityBound(
+            template
+                .keys()
+                .map(str::to_owned)
+                .collect::<Vec<_>>()
+                .into(),
+        ),
+        (None, true) => vxds_xds::SecretAccess::Open,
+        (None, false) if tls.xds_secrets_without_mtls => vxds_xds::SecretAccess::Open,
+        (None, false) => vxds_xds::SecretAccess::Refused,
+    }
 }
 
 fn replica_id(text: &str) -> Result<String, String> {

@@ -24,6 +24,8 @@ pub struct TlsFiles {
     pub key: PathBuf,
     /// PEM: the CAs client certificates must chain to; set, client certificates are required.
     pub client_ca: Option<PathBuf>,
+    /// PEM: certificate revocation lists; a client certificate they revoke is refused.
+    pub client_crl: Option<PathBuf>,
 }
 
 /// A listener's TLS: the acceptor, and the watcher that keeps its files current (dropped, the

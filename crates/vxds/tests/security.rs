@@ -66,6 +66,83 @@ fn serve_refuses_plaintext_xds_beyond_loopback_unless_told() {
 }
 
 #[test]
+fn serve_refuses_insecure_starts_naming_the_flag_that_allows_them() {
+    let dir = tempfile::tempdir().unwrap();
+    let certs = dir.path().join("certs");
+    dev_certs(&certs, &[]);
+    let file = |name: &str| certs.join(name).display().to_string();
+    let (cert, key) = (file("server.pem"), file("server.key"));
+    let tokens = dir.path().join("tokens");
+    std::fs::write(&tokens, "write s3cret-token-of-length\n").unwrap();
+    let tokens = tokens.display().to_string();
+    // TLS without client certificates beyond loopback.
+    let error = serve_refuses(&[
+        "--xds-addr",
+        "0.0.0.0:0",
+        "--xds-tls-cert",
+        &cert,
+        "--xds-tls-key",
+        &key,
+    ]);
+    assert!(
+        error.contains("without --xds-client-ca") && error.contains("--xds-unauthenticated"),
+        "{error}"
+    );
+    // The admin API in plaintext beyond loopback, tokens or not.
+    let error = run(&[
+        "serve",
+        "--admin-addr",
+        "0.0.0.0:0",
+        "--admin-token-file",
+        &tokens,
+        "--database-url",
+        "sqlite::memory:",
+    ]);
+    let error = stderr(&error);
+    assert!(
+        error.contains("refusing to serve the admin API in plaintext on 0.0.0.0:0")
+            && error.contains("--admin-insecure"),
+        "{error}"
+    );
+    // Any Host without tokens: a DNS-rebinding page could write.
+    let error = serve_refuses(&["--admin-allowed-hosts", "*"]);
+    assert!(
+        error.contains("--admin-allowed-hosts '*' without tokens")
+            && error.contains("--admin-insecure"),
+        "{error}"
+    );
+    // Each opt-in starts, with a warning.
+    let binary = Path::new(env!("CARGO_BIN_EXE_vxds"));
+    let server = ServeProcess::start_at(
+        binary,
+        dir.path(),
+        "0.0.0.0:0",
+        &[
+            "--xds-tls-cert",
+            &cert,
+            "--xds-tls-key",
+            &key,
+            "--xds-unauthenticated",
+        ],
+    )
+    .unwrap();
+    let log = std::fs::read_to_string(&server.log).unwrap();
+    assert!(log.contains("--xds-unauthenticated: xDS over TLS"), "{log}");
+    drop(server);
+    let server = ServeProcess::start(
+        binary,
+        dir.path(),
+        &["--admin-allowed-hosts", "*", "--admin-insecure"],
+    )
+    .unwrap();
+    let log = std::fs::read_to_string(&server.log).unwrap();
+    assert!(
+        log.contains("--admin-insecure: any Host is accepted"),
+        "{log}"
+    );
+}
+
+#[test]
 fn serve_refuses_bad_templates_and_certificate_files_with_the_reason() {
     let dir = tempfile::tempdir().unwrap();
     let certs = dir.path().join("certs");
@@ -171,7 +248,22 @@ variants:
         "{warnings}"
     );
     assert!(warnings.contains("namespace=<no identity>"), "{warnings}");
-    assert!(warnings.contains("any client can obtain it"), "{warnings}");
+    assert!(
+        warnings.contains("so it is served to no client"),
+        "{warnings}"
+    );
     let plain = run(&["validate", "-f", path]);
     assert!(!stderr(&plain).contains("untrusted_secret_variant"));
+}
+
+#[test]
+fn connections_have_a_maximum_age_by_default() {
+    let help = run(&["serve", "--help"]);
+    let text = String::from_utf8_lossy(&help.stdout);
+    let flag = text
+        .split("--xds-max-connection-age <")
+        .nth(1)
+        .unwrap_or_else(|| panic!("{text}"));
+    let until_next = flag.split("--xds-max-connection-age-grace").next().unwrap();
+    assert!(until_next.contains("[default: 1h]"), "{until_next}");
 }

@@ -5,7 +5,10 @@ use vxds_admin::auth::token_sha256_hex;
 
 use super::*;
 
-on_both_backends!(hashed_and_plaintext_tokens_authorize_and_name_the_author);
+on_both_backends!(
+    hashed_and_plaintext_tokens_authorize_and_name_the_author,
+    secret_key_material_is_shown_only_to_a_secrets_token,
+);
 
 /// A token stored as `sha256:<hex>` writes; a plaintext one still does; a wrong token, the
 /// stored hash itself, or no token is 401. Each revision's author is the writing token's name.
@@ -92,4 +95,112 @@ async fn hashed_and_plaintext_tokens_authorize_and_name_the_author(db: TestDb) {
             json!("ci-bot")
         ]
     );
+}
+
+/// Issue 22 item 2: a read (or write) token sees secrets with their key material redacted in
+/// every answer that carries bodies; a `secrets` token sees it; a `metrics` token reads
+/// `/metrics` and nothing else.
+async fn secret_key_material_is_shown_only_to_a_secrets_token(db: TestDb) {
+    const SECRETS_TOKEN: &str = "secrets-token-0123456789";
+    const METRICS_TOKEN: &str = "metrics-token-0123456789";
+    let file = format!(
+        "write {WRITE_TOKEN}\nread {READ_TOKEN}\nsecrets {SECRETS_TOKEN}\nmetrics {METRICS_TOKEN}\n"
+    );
+    let api = serve(&db, Tokens::parse(&file).unwrap(), DEFAULT_BODY_LIMIT).await;
+    let as_token = |method: Method, path: &str, token: &str, body: Option<Value>| {
+        let (api, path) = (&api, path.to_owned());
+        let bearer = format!("Bearer {token}");
+        async move {
+            let body = body.map(|b| ("application/json", b.to_string()));
+            api.call(method, &path, body, &[("authorization", &bearer)])
+                .await
+        }
+    };
+    let key = "-----BEGIN PRIVATE KEY-----PRIVATE-KEY-BYTES";
+    let secret = json!({"@type": "type.googleapis.com/envoy.extensions.transport_sockets.tls.v3.Secret",
+        "name": "tls", "tls_certificate": {
+            "certificate_chain": {"inline_string": "PUBLIC-CHAIN"},
+            "private_key": {"inline_string": key}}});
+    let written = as_token(
+        Method::PUT,
+        "/v1/resources/secret/tls",
+        WRITE_TOKEN,
+        Some(json!({"variants": [{"resource": secret}]})),
+    )
+    .await;
+    assert_eq!(written.status, StatusCode::CREATED);
+    // The write's own answer, to a write token: redacted too.
+    assert!(
+        !written.text.contains("PRIVATE-KEY-BYTES"),
+        "{}",
+        written.text
+    );
+    assert!(written.text.contains("PUBLIC-CHAIN"), "{}", written.text);
+
+    let reads: [(Method, &str, Option<Value>); 4] = [
+        (Method::GET, "/v1/resources/secret/tls", None),
+        (Method::GET, "/v1/export", None),
+        (Method::GET, "/v1/revisions/1?bodies=true", None),
+        (
+            Method::POST,
+            "/v1/resolve",
+            Some(json!({"type": "secret", "name": "tls", "params": {}})),
+        ),
+    ];
+    for (method, path, body) in reads {
+        for token in [READ_TOKEN, WRITE_TOKEN] {
+            let reply = as_token(method.clone(), path, token, body.clone()).await;
+            assert!(reply.status.is_success(), "{path}: {}", reply.text);
+            assert!(
+                !reply.text.contains("PRIVATE-KEY-BYTES"),
+                "{path}: {}",
+                reply.text
+            );
+        }
+        let reply = as_token(method.clone(), path, SECRETS_TOKEN, body.clone()).await;
+        assert!(
+            reply.text.contains("PRIVATE-KEY-BYTES"),
+            "{path}: {}",
+            reply.text
+        );
+    }
+    let read = as_token(Method::GET, "/v1/resources/secret/tls", READ_TOKEN, None).await;
+    assert_eq!(
+        read.body["variants"][0]["resource"]["tls_certificate"]["private_key"],
+        vxds_admin::redact::REDACTED,
+        "{}",
+        read.text
+    );
+    let shown = as_token(Method::GET, "/v1/resources/secret/tls", SECRETS_TOKEN, None).await;
+    assert!(shown.text.contains("PRIVATE-KEY-BYTES"), "{}", shown.text);
+    // A secrets token writes, too.
+    let rewritten = as_token(
+        Method::PUT,
+        "/v1/resources/secret/tls",
+        SECRETS_TOKEN,
+        Some(json!({"variants": [{"resource": shown.body["variants"][0]["resource"]}]})),
+    )
+    .await;
+    assert!(rewritten.status.is_success(), "{}", rewritten.text);
+    // A redacted body applied back is refused, not written as a key.
+    let refused = as_token(
+        Method::PUT,
+        "/v1/resources/secret/tls",
+        WRITE_TOKEN,
+        Some(json!({"variants": [{"resource": read.body["variants"][0]["resource"]}]})),
+    )
+    .await;
+    assert_eq!(
+        refused.status,
+        StatusCode::UNPROCESSABLE_ENTITY,
+        "{}",
+        refused.text
+    );
+
+    // /metrics has its own scope; that scope reads nothing else.
+    let metrics = as_token(Method::GET, "/metrics", METRICS_TOKEN, None).await;
+    assert_eq!(metrics.status, StatusCode::OK, "{}", metrics.text);
+    let denied = as_token(Method::GET, "/v1/resources/secret/tls", METRICS_TOKEN, None).await;
+    assert_problem(&denied, 403);
+    assert!(denied.text.contains("`metrics`"), "{}", denied.text);
 }

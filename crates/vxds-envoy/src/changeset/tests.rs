@@ -13,6 +13,7 @@ fn put(ty: &str, name: &str, variants: Vec<(Value, Value)>) -> OperationRequest 
         name: name.into(),
         expected_version: None,
         must_not_exist: false,
+        shared: false,
         variants: variants
             .into_iter()
             .map(|(constraints, resource)| VariantRequest {
@@ -380,6 +381,62 @@ fn secrets_not_keyed_on_a_trusted_key_are_flagged() {
     // Without a template nothing is trusted, and nothing is flagged.
     let plain = validate(&request, &ValidationConfig::default()).unwrap();
     assert!(plain.warnings.is_empty(), "{:?}", plain.warnings);
+}
+
+#[test]
+fn shared_is_a_secret_opt_in_and_part_of_the_version() {
+    let secret = json!({"@type": "type.googleapis.com/envoy.extensions.transport_sockets.tls.v3.Secret", "name": "ca"});
+    let shared = |ty: &str, body: Value| {
+        serde_json::from_value::<OperationRequest>(json!({
+            "op": "put", "type": ty, "name": "ca", "shared": true,
+            "variants": [{"resource": body}],
+        }))
+        .unwrap()
+    };
+    let config = ValidationConfig {
+        trusted_keys: vec!["namespace".into()],
+        ..Default::default()
+    };
+    let version = |op: OperationRequest| {
+        let request = ChangesetRequest {
+            operations: vec![op],
+            ..Default::default()
+        };
+        let validated = validate(&request, &config).unwrap();
+        let Action::Put(resource) = &validated.changeset.operations[0].action else {
+            panic!("a put");
+        };
+        (
+            resource.shared,
+            resource.version.clone(),
+            validated.warnings.len(),
+        )
+    };
+    // Shared: no warning (the operator said so), recorded, and a version of its own.
+    let (is_shared, shared_version, warnings) = version(shared("secret", secret.clone()));
+    assert!(is_shared);
+    assert_eq!(warnings, 0);
+    let (is_shared, plain_version, warnings) =
+        version(put("secret", "ca", vec![(json!(null), secret)]));
+    assert!(!is_shared);
+    assert_eq!(warnings, 1);
+    assert_ne!(shared_version, plain_version);
+    // Only secrets.
+    assert_eq!(
+        problems(vec![shared(
+            "cluster",
+            json!({"@type": "type.googleapis.com/envoy.config.cluster.v3.Cluster", "name": "ca"})
+        )]),
+        [(
+            "/operations/0/shared".to_owned(),
+            "shared_not_secret".to_owned()
+        )]
+    );
+    // A delete takes no `shared`.
+    let delete = serde_json::from_value::<OperationRequest>(
+        json!({"op": "delete", "type": "secret", "name": "ca", "shared": true}),
+    );
+    assert!(delete.unwrap_err().to_string().contains("shared"));
 }
 
 #[test]

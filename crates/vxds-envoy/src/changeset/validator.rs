@@ -200,6 +200,20 @@ impl Validator<'_> {
         if self.redirects_a_glob(put, &ty, i, at) {
             return None;
         }
+        if put.shared && ty.message_name() != SECRET {
+            self.error(
+                Problem::new(
+                    at.push("shared"),
+                    "shared_not_secret",
+                    format!(
+                        "only secrets are shared or not; a {} is served to every client its \
+                         variants match",
+                        ty.message_name()
+                    ),
+                )
+                .at(i, None),
+            );
+        }
         let mut parsed = Vec::with_capacity(put.variants.len());
         for (j, variant) in put.variants.iter().enumerate() {
             let at = variants_at.push(j);
@@ -240,7 +254,7 @@ impl Validator<'_> {
             .collect();
         if let Some(canonical) = &canonical {
             self.variant_set(canonical, i, &variants_at);
-            if ty.message_name() == SECRET {
+            if ty.message_name() == SECRET && !put.shared {
                 self.secret_access(canonical, i, &variants_at);
             }
         }
@@ -297,6 +311,11 @@ impl Validator<'_> {
             parts.push(id.as_bytes());
             parts.push(variant.version.as_bytes());
         }
+        // Sharing changes who is served, so it is a new version; an unshared resource keeps
+        // the version it always had.
+        if put.shared {
+            parts.push(b"shared");
+        }
         let version = content_hash("vxds.resource.v1", &parts);
         Some(ValidatedOperation {
             index: i,
@@ -307,6 +326,7 @@ impl Validator<'_> {
             precondition: precondition?,
             action: Action::Put(ValidatedResource {
                 variants,
+                shared: put.shared,
                 version,
                 aggregate_children: children,
                 redirects,
@@ -535,7 +555,9 @@ impl Validator<'_> {
 
     /// With trusted keys configured, a secret's variants should each hold only for the
     /// identities they name: one that a client of any other identity can match, with the
-    /// untrusted parameters it claims, is served to clients it was not meant for.
+    /// untrusted parameters it claims, would be served to clients it was not meant for, so the
+    /// server serves it to no one unless the secret is marked `shared`. The write is accepted
+    /// (the template may change), with this warning.
     pub(super) fn secret_access(
         &mut self,
         variants: &[CanonicalConstraints],
@@ -556,7 +578,9 @@ impl Validator<'_> {
                 "untrusted_secret_variant",
                 format!(
                     "variant {j} of this secret matches clients whose certificates vouch for \
-                     none of the values it names ({}), so any client can obtain it",
+                     none of the values it names ({}), so it is served to no client; constrain \
+                     it on the trusted keys, or mark the secret `shared: true` to serve it to \
+                     any client it matches",
                     trusted.join(", ")
                 ),
             )

@@ -290,6 +290,9 @@ fn operation(
                 name: key.name,
                 must_not_exist: current.is_none(),
                 expected_version,
+                // The history keeps variants, not sharing: a restored secret is unshared
+                // (the safe side) until marked again.
+                shared: false,
                 variants,
             }))
         }

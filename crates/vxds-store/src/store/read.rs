@@ -28,7 +28,7 @@ const STORED_LIMITS: Limits = Limits {
     max_value_len: 1 << 20,
 };
 
-const RESOURCE_COLUMNS: &str = "r.type_url, r.name, r.version, r.revision, r.created_revision, r.created_at_ms, r.updated_at_ms";
+const RESOURCE_COLUMNS: &str = "r.type_url, r.name, r.version, r.revision, r.created_revision, r.created_at_ms, r.updated_at_ms, r.shared";
 const VARIANT_COLUMNS: &str = "v.type_url, v.name, v.variant_id, v.constraints, v.body, v.version, v.created_at_ms, v.updated_at_ms, v.ttl_ms";
 
 impl Store {
@@ -415,6 +415,7 @@ fn resource_from_row(row: &AnyRow) -> Result<StoredResource, StoreError> {
         created_revision: row.try_get::<i64, _>(4)? as u64,
         created_at_ms: row.try_get(5)?,
         updated_at_ms: row.try_get(6)?,
+        shared: row.try_get::<i64, _>(7)? != 0,
         variants: Vec::new(),
     })
 }

@@ -466,10 +466,11 @@ async fn put_resource(
     });
     sqlx::query(
         "INSERT INTO vxds_resources \
-             (type_url, name, version, revision, created_revision, created_at_ms, updated_at_ms) \
-         VALUES ($1, $2, $3, $4, $5, $6, $7) \
+             (type_url, name, version, revision, created_revision, created_at_ms, updated_at_ms, shared) \
+         VALUES ($1, $2, $3, $4, $5, $6, $7, $8) \
          ON CONFLICT (type_url, name) DO UPDATE SET \
-             version = excluded.version, revision = excluded.revision, updated_at_ms = excluded.updated_at_ms",
+             version = excluded.version, revision = excluded.revision, updated_at_ms = excluded.updated_at_ms, \
+             shared = excluded.shared",
     )
     .bind(&key.type_url)
     .bind(&key.name)
@@ -478,6 +479,7 @@ async fn put_resource(
     .bind(created_revision)
     .bind(created_at)
     .bind(now)
+    .bind(i64::from(resource.shared))
     .execute(&mut **tx)
     .await?;
     for (position, variant) in resource.variants.iter().enumerate() {

@@ -238,6 +238,12 @@ fn sotw_names(response: &DiscoveryResponse) -> Vec<String> {
                 vxds_envoy::pb::envoy::config::cluster::v3::Cluster::decode(any.value.as_slice())
                     .unwrap()
                     .name
+            } else if any.type_url == crate::types::SECRET {
+                vxds_envoy::pb::envoy::extensions::transport_sockets::tls::v3::Secret::decode(
+                    any.value.as_slice(),
+                )
+                .unwrap()
+                .name
             } else {
                 vxds_envoy::pb::envoy::config::listener::v3::Listener::decode(any.value.as_slice())
                     .unwrap()

@@ -224,6 +224,8 @@ pub(crate) struct TypeState {
     lists: BTreeMap<String, ListCollection>,
     /// The client takes list collections with inline entries.
     pub inline_lists: bool,
+    /// For secrets: which variants may be served (`None` for other types).
+    pub secrets: Option<crate::machine::SecretAccess>,
 
     desired: BTreeMap<ItemKey, Item>,
     /// The desired items of a resource (by normal name), except those keyed by the normal
@@ -296,6 +298,7 @@ impl TypeState {
             globs: BTreeMap::new(),
             lists: BTreeMap::new(),
             inline_lists: false,
+            secrets: None,
             desired: BTreeMap::new(),
             by_normal: BTreeMap::new(),
             missing: BTreeSet::new(),
@@ -940,10 +943,14 @@ impl TypeState {
         let entries_here = list
             .as_ref()
             .is_some_and(|l| l.member_type_url == self.type_url);
+        let secrets = self.secrets.as_ref();
         let resolve = |spelling: &str, params: &ParamSet| match &list {
-            None => resource
-                .as_ref()
-                .and_then(|r| r.matcher.resolve(params).map(|i| (r.clone(), i))),
+            None => resource.as_ref().and_then(|r| {
+                r.matcher
+                    .resolve(params)
+                    .filter(|&i| secrets.is_none_or(|access| access.serves(r, i)))
+                    .map(|i| (r.clone(), i))
+            }),
             Some(_) if !entries_here && lists::names_entry(spelling) => None,
             Some(list) => {
                 lists::resolve_list(list, spelling, resource.as_ref(), params, inline, snapshot)

@@ -1,4 +1,4 @@
-//! `vxds token create --scope read|write --name NAME`: a new random admin API token, printed
+//! `vxds token create --scope metrics|read|write|secrets --name NAME`: a new random admin API token, printed
 //! once, and the line for the token file, which holds only the token's SHA-256.
 
 use std::process::ExitCode;
@@ -15,7 +15,8 @@ pub enum TokenCommand {
 
 #[derive(Debug, Args)]
 pub struct CreateArgs {
-    /// What the token may do: `read`, or `write` (which reads too).
+    /// What the token may do: `metrics` (`/metrics` only), `read` (secret key material
+    /// redacted), `write` (reads too), or `secrets` (writes, and sees secret key material).
     #[arg(long, value_enum)]
     scope: TokenScope,
     /// The name recorded as the author of the revisions the token writes: one word.
@@ -25,8 +26,10 @@ pub struct CreateArgs {
 
 #[derive(Clone, Copy, Debug, ValueEnum)]
 enum TokenScope {
+    Metrics,
     Read,
     Write,
+    Secrets,
 }
 
 fn parse_name(name: &str) -> Result<String, String> {
@@ -55,8 +58,10 @@ fn create(args: CreateArgs) -> anyhow::Result<ExitCode> {
         }
     };
     let scope = match args.scope {
+        TokenScope::Metrics => "metrics",
         TokenScope::Read => "read",
         TokenScope::Write => "write",
+        TokenScope::Secrets => "secrets",
     };
     let line = format!(
         "{scope} {}{} {}",

@@ -88,6 +88,7 @@ impl Reloader {
             Some(&files.cert),
             Some(&files.key),
             files.client_ca.as_ref(),
+            files.client_crl.as_ref(),
         ]
         .into_iter()
         .flatten()
@@ -170,10 +171,30 @@ fn load(files: &TlsFiles, provider: &Arc<CryptoProvider>) -> anyhow::Result<Mate
                     format!("{}: a CA certificate is not usable", path.display())
                 })?;
             }
-            let verifier =
-                WebPkiClientVerifier::builder_with_provider(Arc::new(roots), provider.clone())
-                    .build()
-                    .with_context(|| format!("{}: not a usable CA bundle", path.display()))?;
+            let mut builder =
+                WebPkiClientVerifier::builder_with_provider(Arc::new(roots), provider.clone());
+            if let Some(crl_path) = &files.client_crl {
+                let crls = rustls::pki_types::CertificateRevocationListDer::pem_slice_iter(&read(
+                    crl_path,
+                )?)
+                .collect::<Result<Vec<_>, _>>()
+                .with_context(|| format!("{}: not PEM X509 CRLs", crl_path.display()))?;
+                anyhow::ensure!(
+                    !crls.is_empty(),
+                    "{}: no X509 CRL in it",
+                    crl_path.display()
+                );
+                // The client's own certificate is checked against the lists of the CAs that
+                // issued them; one from a CA no list covers is let through (a bundle may hold
+                // CAs that publish no list).
+                builder = builder
+                    .with_crls(crls)
+                    .only_check_end_entity_revocation()
+                    .allow_unknown_revocation_status();
+            }
+            let verifier = builder
+                .build()
+                .with_context(|| format!("{}: not a usable CA bundle or CRL", path.display()))?;
             Some(verifier)
         }
     };

@@ -41,7 +41,7 @@ fn dev_certs(dir: &Path, args: &[&str]) {
 
 /// A CA, the server's certificate, and clients `shop` and `bank` (their namespaces) and
 /// `misfit` (an identity the template does not fit).
-fn certificates(dir: &Path) -> PathBuf {
+pub(super) fn certificates(dir: &Path) -> PathBuf {
     let certs = dir.join("certs");
     dev_certs(
         &certs,
@@ -57,12 +57,16 @@ fn certificates(dir: &Path) -> PathBuf {
     certs
 }
 
-fn file(certs: &Path, name: &str) -> String {
+pub(super) fn file(certs: &Path, name: &str) -> String {
     certs.join(name).display().to_string()
 }
 
 /// `vxds serve` with xDS over mutual TLS and the SPIFFE identity template.
-fn start_mtls_vxds(dir: &Path, certs: &Path, extra: &[&str]) -> (ServeProcess, String, u16) {
+pub(super) fn start_mtls_vxds(
+    dir: &Path,
+    certs: &Path,
+    extra: &[&str],
+) -> (ServeProcess, String, u16) {
     let (cert, key, ca) = (
         file(certs, "server.pem"),
         file(certs, "server.key"),
@@ -102,9 +106,33 @@ fn start_mtls_envoy(
     claimed: &str,
     instance: &str,
 ) -> Process {
-    let client = name.strip_prefix("envoy-").unwrap();
     let mut bootstrap =
         envoy_bootstrap(name, ads, xds_port, json!({"namespace": claimed}), instance);
+    mtls_bootstrap(&mut bootstrap, certs, name);
+    spawn_envoy(dir, name, &bootstrap)
+}
+
+/// Like [`start_mtls_envoy`], with `dynamic_parameters` added to the node's (by type URL);
+/// returns the bootstrap too (its admin port).
+pub(super) fn start_mtls_envoy_with(
+    dir: &Path,
+    certs: &Path,
+    name: &'static str,
+    ads: Ads,
+    xds_port: u16,
+    dynamic_parameters: Value,
+) -> (Process, Value) {
+    let mut bootstrap = envoy_bootstrap(name, ads, xds_port, json!({}), "a");
+    for (type_url, params) in dynamic_parameters.as_object().unwrap() {
+        bootstrap["node"]["dynamic_parameters"][type_url] = params.clone();
+    }
+    mtls_bootstrap(&mut bootstrap, certs, name);
+    (spawn_envoy(dir, name, &bootstrap), bootstrap)
+}
+
+/// The `xds` cluster over mutual TLS with `envoy-<client>`'s certificate.
+fn mtls_bootstrap(bootstrap: &mut Value, certs: &Path, name: &str) {
+    let client = name.strip_prefix("envoy-").unwrap();
     bootstrap["static_resources"]["clusters"][0]["transport_socket"] = json!({
         "name": "envoy.transport_sockets.tls",
         "typed_config": {
@@ -123,7 +151,6 @@ fn start_mtls_envoy(
             },
         },
     });
-    spawn_envoy(dir, name, &bootstrap)
 }
 
 fn client_config(certs: &Path, client: Option<(&Path, &str)>) -> ClientConfig {
@@ -541,4 +568,54 @@ async fn admin_api_over_https_with_hashed_and_plaintext_tokens() {
         .send()
         .await;
     assert!(plain.is_err() || plain.unwrap().status() != 200);
+}
+
+/// A CRL from `certs`' CA that revokes `client`'s certificate, in `certs/revoked.crl.pem`.
+fn revoke(certs: &Path, client: &str) -> String {
+    use x509_parser::prelude::{FromDer, X509Certificate};
+    let ca_key =
+        rcgen::KeyPair::from_pem(&std::fs::read_to_string(certs.join("ca.key")).unwrap()).unwrap();
+    let ca_pem = std::fs::read_to_string(certs.join("ca.pem")).unwrap();
+    let issuer = rcgen::Issuer::from_ca_cert_pem(&ca_pem, ca_key).unwrap();
+    let pem = std::fs::read(certs.join(format!("{client}.pem"))).unwrap();
+    let der = CertificateDer::from_pem_slice(&pem).unwrap();
+    let (_, cert) = X509Certificate::from_der(&der).unwrap();
+    let crl = rcgen::CertificateRevocationListParams {
+        this_update: rcgen::date_time_ymd(2024, 1, 1),
+        next_update: rcgen::date_time_ymd(2099, 1, 1),
+        crl_number: rcgen::SerialNumber::from(1u64),
+        issuing_distribution_point: None,
+        revoked_certs: vec![rcgen::RevokedCertParams {
+            serial_number: rcgen::SerialNumber::from_slice(cert.tbs_certificate.raw_serial()),
+            revocation_time: rcgen::date_time_ymd(2024, 1, 1),
+            reason_code: Some(rcgen::RevocationReason::KeyCompromise),
+            invalidity_date: None,
+        }],
+        key_identifier_method: rcgen::KeyIdMethod::Sha256,
+    }
+    .signed_by(&issuer)
+    .unwrap();
+    let path = certs.join("revoked.crl.pem");
+    std::fs::write(&path, crl.pem().unwrap()).unwrap();
+    path.display().to_string()
+}
+
+/// Issue 22 item 6: `--xds-client-crl` refuses a revoked certificate at the handshake; the
+/// CA's other clients go on.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn revoked_client_certificates_are_refused() {
+    let _ = rustls::crypto::ring::default_provider().install_default();
+    let dir = tempfile::tempdir().unwrap();
+    let certs = certificates(dir.path());
+    let crl = revoke(&certs, "shop");
+    let (_vxds, admin, xds_port) = start_mtls_vxds(dir.path(), &certs, &["--xds-client-crl", &crl]);
+    let client = reqwest::Client::new();
+    apply(&client, &admin, vec![namespace_routes("shop", "bank")]).await;
+
+    let bank = ask_for_routes(xds_port, client_config(&certs, Some((&certs, "bank")))).await;
+    assert_eq!(route_tag(&bank.unwrap()), "bank");
+    let shop = ask_for_routes(xds_port, client_config(&certs, Some((&certs, "shop")))).await;
+    let error = shop.unwrap_err();
+    // Refused by the handshake, not by the template.
+    assert!(!error.starts_with("PermissionDenied"), "{error}");
 }

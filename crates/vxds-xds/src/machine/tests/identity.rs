@@ -136,3 +136,100 @@ fn trusted_parameters_override_locator_parameters() {
     m.on_delta_request(request).unwrap();
     assert!(m.interest()[ROUTE].names.is_empty(), "{:?}", m.interest());
 }
+
+fn secret(name: &str) -> serde_json::Value {
+    json!({"@type": crate::types::SECRET, "name": name,
+           "generic_secret": {"secret": {"inline_string": name}}})
+}
+
+/// The secrets of issue 22: `a-cert` bound to namespace a, `env-key` constrained only on an
+/// untrusted key, `open` unconstrained, and `ca` unconstrained but marked shared.
+fn secrets_world() -> World {
+    let mut world = World::new();
+    world.apply(json!([
+        put("secret", "a-cert", &[(r#"namespace = "a""#, secret("a-cert"))]),
+        put("secret", "env-key", &[(r#"env = "prod""#, secret("env-key"))]),
+        put("secret", "open", &[("*", secret("open"))]),
+        {"type": "secret", "name": "ca", "shared": true,
+         "variants": [{"resource": secret("ca")}]},
+    ]));
+    world
+}
+
+fn secret_machine(access: SecretAccess, protocol: Protocol, namespace: &str) -> StreamMachine {
+    let config = MachineConfig {
+        secrets: access,
+        ..Default::default()
+    };
+    let mut m = StreamMachine::new(1, protocol, &ADS, Arc::new(config));
+    m.set_peer(
+        Some(PeerIdentity {
+            uri_sans: vec![format!("spiffe://td/ns/{namespace}/sa/envoy")],
+            dns_sans: vec![],
+        }),
+        vxds_core::ParamSet::new().with("namespace", namespace),
+    );
+    m
+}
+
+const ALL_SECRETS: [&str; 4] = ["a-cert", "env-key", "open", "ca"];
+
+#[test]
+fn secrets_go_only_through_identity_bound_variants_unless_shared() {
+    let world = secrets_world();
+    let bound = || SecretAccess::IdentityBound(Arc::from(["namespace".to_owned()]));
+    // SotW: namespace a gets its own certificate and the shared CA, nothing open.
+    let mut m = secret_machine(bound(), Protocol::Sotw, "a");
+    let mut request = sotw_request(crate::types::SECRET, &ALL_SECRETS, "", "");
+    request.node = Some(node_with(crate::types::SECRET, &[("env", "prod")]));
+    m.on_sotw_request(request).unwrap();
+    let response = sotw(&m.poll(&world.snapshot)[0]);
+    assert_eq!(sotw_names(&response), ["a-cert", "ca"]);
+    // Namespace b: only the shared CA, whatever it claims.
+    let mut m = secret_machine(bound(), Protocol::Delta, "b");
+    let mut request = delta_request(crate::types::SECRET, &ALL_SECRETS, &[], "");
+    request.node = Some(node_with(crate::types::SECRET, &[("env", "prod")]));
+    m.on_delta_request(request).unwrap();
+    let response = delta(&m.poll(&world.snapshot)[0]);
+    let names: Vec<&str> = response.resources.iter().map(|r| r.name.as_str()).collect();
+    assert_eq!(names, ["ca"]);
+    assert_eq!(
+        response.removed_resources.len(),
+        3,
+        "the others read as absent: {response:?}"
+    );
+    // Without authenticated clients, no secret at all; open access serves all four.
+    let mut m = secret_machine(SecretAccess::Refused, Protocol::Sotw, "a");
+    m.on_sotw_request(sotw_request(crate::types::SECRET, &ALL_SECRETS, "", ""))
+        .unwrap();
+    assert!(sotw(&m.poll(&world.snapshot)[0]).resources.is_empty());
+    let mut m = secret_machine(SecretAccess::Open, Protocol::Sotw, "a");
+    let mut request = sotw_request(crate::types::SECRET, &ALL_SECRETS, "", "");
+    request.node = Some(node_with(crate::types::SECRET, &[("env", "prod")]));
+    m.on_sotw_request(request).unwrap();
+    assert_eq!(sotw(&m.poll(&world.snapshot)[0]).resources.len(), 4);
+}
+
+#[test]
+fn secret_wildcards_and_globs_are_refused() {
+    for name in [
+        "*",
+        "xdstp://vxds/envoy.extensions.transport_sockets.tls.v3.Secret/ns/*",
+    ] {
+        let mut m = sotw_machine();
+        let refused = m
+            .on_sotw_request(sotw_request(crate::types::SECRET, &[name], "", ""))
+            .unwrap_err();
+        assert_eq!(refused.code(), tonic::Code::InvalidArgument, "{name}");
+        assert!(refused.message().contains(name), "{refused:?}");
+        let mut m = delta_machine();
+        let refused = m
+            .on_delta_request(delta_request(crate::types::SECRET, &[name], &[], ""))
+            .unwrap_err();
+        assert_eq!(refused.code(), tonic::Code::InvalidArgument, "{name}");
+    }
+    // Other types keep their wildcards.
+    let mut m = sotw_machine();
+    m.on_sotw_request(sotw_request(CLUSTER, &["*"], "", ""))
+        .unwrap();
+}
