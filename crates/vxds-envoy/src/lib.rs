@@ -6,6 +6,7 @@
 //!   `envoy.service.discovery.v3.DynamicParameterConstraints`, in binary and proto3 JSON form.
 //! - [`resource`]: resource types (aliases, message names), bodies in JSON and binary `Any`.
 //! - [`rules`]: type-specific rules: gRFC A37 clusters and the aggregate-cluster graph.
+//! - [`proto_rules`]: Envoy's protoc-gen-validate rules, inside nested `Any`s too.
 //! - [`changeset`]: the write model REST, CLI and fixtures share, and its validation.
 //! - [`pointer`]: JSON pointers, so every error names its field.
 //!
@@ -17,6 +18,7 @@ pub mod collections;
 pub mod constraints;
 pub mod descriptors;
 pub mod pointer;
+pub mod proto_rules;
 pub mod resource;
 pub mod rules;
 

@@ -425,6 +425,21 @@ impl Validator<'_> {
             self.error(Problem::new(within(&e.pointer), e.code, e.message).at(i, Some(j)));
             ok = false;
         }
+        // What Envoy's own proto rules refuse would be NACKed by every proxy.
+        for e in crate::proto_rules::check(body.message()) {
+            if e.grpc_only {
+                let message = format!(
+                    "{} — inside `api_listener`, read by gRPC clients, which do not apply \
+                     this rule; an Envoy given this listener would refuse it",
+                    e.message
+                );
+                self.warnings
+                    .push(Problem::new(within(&e.pointer), e.code, message).at(i, Some(j)));
+            } else {
+                self.error(Problem::new(within(&e.pointer), e.code, e.message).at(i, Some(j)));
+                ok = false;
+            }
+        }
         if let Some(member) = crate::collections::member_type(ty.message_name()) {
             for e in crate::collections::check_stored_collection(body.message(), member) {
                 self.error(Problem::new(within(&e.pointer), e.code, e.message).at(i, Some(j)));
