@@ -52,11 +52,59 @@ pub struct ProtoRuleProblem {
     pub grpc_only: bool,
 }
 
+/// Where a value is, built into a [`Pointer`] only when a problem is reported there (most
+/// values break no rule, and a pointer per visited field would cost more than the rules).
+#[derive(Clone, Copy)]
+pub(super) struct Path<'a> {
+    parent: Option<&'a Path<'a>>,
+    segment: Segment<'a>,
+}
+
+#[derive(Clone, Copy)]
+pub(super) enum Segment<'a> {
+    Root,
+    Name(&'a str),
+    Index(usize),
+    Key(&'a MapKey),
+}
+
+impl<'a> Path<'a> {
+    const ROOT: Path<'static> = Path {
+        parent: None,
+        segment: Segment::Root,
+    };
+
+    pub(super) fn child(&'a self, segment: Segment<'a>) -> Path<'a> {
+        Path {
+            parent: Some(self),
+            segment,
+        }
+    }
+
+    pub(super) fn pointer(&self) -> Pointer {
+        let mut segments = Vec::new();
+        let mut node = Some(self);
+        while let Some(path) = node {
+            segments.push(path.segment);
+            node = path.parent;
+        }
+        segments
+            .into_iter()
+            .rev()
+            .fold(Pointer::root(), |pointer, segment| match segment {
+                Segment::Root => pointer,
+                Segment::Name(name) => pointer.push(name),
+                Segment::Index(i) => pointer.push(i),
+                Segment::Key(key) => pointer.push(map_key(key)),
+            })
+    }
+}
+
 /// Every rule that Envoy would apply to `message`, and to the messages in the `Any`s inside it,
 /// that the message breaks.
 pub fn check(message: &DynamicMessage) -> Vec<ProtoRuleProblem> {
     let mut found = Found::default();
-    check_message(message, &Pointer::root(), 0, &mut found);
+    check_message(message, &Path::ROOT, 0, &mut found);
     if found.dropped > 0
         && let Some(last) = found.problems.last_mut()
     {
@@ -75,10 +123,10 @@ struct Found {
 }
 
 impl Found {
-    fn push(&mut self, pointer: Pointer, message: String) {
+    pub(super) fn push(&mut self, at: &Path, message: String) {
         if self.problems.len() < MAX_PROBLEMS {
             self.problems.push(ProtoRuleProblem {
-                pointer,
+                pointer: at.pointer(),
                 code: "proto_rule",
                 message,
                 grpc_only: self.in_api_listener,
@@ -89,7 +137,7 @@ impl Found {
     }
 }
 
-fn check_message(message: &DynamicMessage, at: &Pointer, depth: usize, found: &mut Found) {
+fn check_message(message: &DynamicMessage, at: &Path, depth: usize, found: &mut Found) {
     if depth > MAX_DEPTH {
         return;
     }
@@ -110,7 +158,7 @@ fn check_message(message: &DynamicMessage, at: &Pointer, depth: usize, found: &m
         if !oneof.fields().any(|f| message.has_field(&f)) {
             let names: Vec<_> = oneof.fields().map(|f| format!("`{}`", f.name())).collect();
             found.push(
-                at.clone(),
+                at,
                 format!(
                     "one of {} is required (Envoy's rule: oneof `{}` required)",
                     names.join(", "),
@@ -119,45 +167,57 @@ fn check_message(message: &DynamicMessage, at: &Pointer, depth: usize, found: &m
             );
         }
     }
-    for (field, field_rules) in &rules.fields {
-        let set = message.has_field(field);
-        // PGV checks a member of a oneof, or a proto3 `optional` field, only when it is set.
-        if !set && field.containing_oneof().is_some() {
+    if own_rules {
+        for (field, field_rules) in &rules.ruled {
+            let set = message.has_field(field);
+            // PGV checks a member of a oneof, or a proto3 `optional` field, only when set.
+            if !set && field.containing_oneof().is_some() {
+                continue;
+            }
+            let value = message.get_field(field);
+            field::check(
+                field,
+                &value,
+                set,
+                field_rules,
+                &at.child(Segment::Name(field.name())),
+                found,
+            );
+        }
+    }
+    for (field, value) in message.fields() {
+        if !matches!(field.kind(), Kind::Message(_))
+            || (own_rules && rules.skipped.contains(&field.number()))
+        {
             continue;
         }
-        let value = message.get_field(field);
-        let at = at.push(field.name());
-        let mut follow = true;
-        if let Some(field_rules) = field_rules.as_ref().filter(|_| own_rules) {
-            follow = field::check(field, &value, set, field_rules, &at, found);
-        }
-        if follow && set && matches!(field.kind(), Kind::Message(_)) {
-            let api_listener = descriptor.full_name() == LISTENER && field.name() == "api_listener";
-            let outer = found.in_api_listener;
-            found.in_api_listener |= api_listener;
-            for_each_message(&value, &at, &mut |m, at| {
-                check_message(m, at, depth + 1, found)
-            });
-            found.in_api_listener = outer;
-        }
+        let api_listener = descriptor.full_name() == LISTENER && field.name() == "api_listener";
+        let outer = found.in_api_listener;
+        found.in_api_listener |= api_listener;
+        for_each_message(
+            value,
+            &at.child(Segment::Name(field.name())),
+            &mut |m, at| check_message(m, at, depth + 1, found),
+        );
+        found.in_api_listener = outer;
     }
 }
 
 /// Calls `f` with every message in a field's value (a message, list items, map values).
-fn for_each_message(value: &Value, at: &Pointer, f: &mut dyn FnMut(&DynamicMessage, &Pointer)) {
+fn for_each_message(value: &Value, at: &Path, f: &mut dyn FnMut(&DynamicMessage, &Path)) {
     match value {
         Value::Message(m) => f(m, at),
         Value::List(items) => {
             for (i, item) in items.iter().enumerate() {
                 if let Value::Message(m) = item {
-                    f(m, &at.push(i));
+                    f(m, &at.child(Segment::Index(i)));
                 }
             }
         }
         Value::Map(entries) => {
             for (key, item) in entries {
                 if let Value::Message(m) = item {
-                    f(m, &at.push(map_key(key)));
+                    f(m, &at.child(Segment::Key(key)));
                 }
             }
         }
@@ -187,8 +247,10 @@ fn map_key(key: &MapKey) -> String {
 
 /// A message type's rules, read from its descriptor's options once.
 struct MessageRules {
-    /// Every field, with its `(validate.rules)` when it has some.
-    fields: Vec<(FieldDescriptor, Option<DynamicMessage>)>,
+    /// The fields with `(validate.rules)`, and them compiled.
+    ruled: Vec<(FieldDescriptor, field::Compiled)>,
+    /// Numbers of the message fields not to look inside (`message.skip`).
+    skipped: Vec<u32>,
     /// Oneofs marked `(validate.required) = true`.
     required_oneofs: Vec<OneofDescriptor>,
 }
@@ -215,21 +277,24 @@ fn rules_of(descriptor: &MessageDescriptor) -> Arc<MessageRules> {
         return rules.clone();
     }
     let extensions = &*EXTENSIONS;
-    let fields = descriptor
+    let ruled: Vec<(FieldDescriptor, field::Compiled)> = descriptor
         .fields()
-        .map(|field| {
-            let rules = extensions.field_rules.as_ref().and_then(|ext| {
-                let options = field.options();
-                if !options.has_extension(ext) {
-                    return None;
-                }
-                match options.get_extension(ext).into_owned() {
-                    Value::Message(rules) => Some(rules),
-                    _ => None,
-                }
-            });
-            (field, rules)
+        .filter_map(|field| {
+            let ext = extensions.field_rules.as_ref()?;
+            let options = field.options();
+            if !options.has_extension(ext) {
+                return None;
+            }
+            match options.get_extension(ext).into_owned() {
+                Value::Message(rules) => Some((field, field::Compiled::new(rules))),
+                _ => None,
+            }
         })
+        .collect();
+    let skipped = ruled
+        .iter()
+        .filter(|(_, rules)| rules.skip)
+        .map(|(field, _)| field.number())
         .collect();
     let required_oneofs = descriptor
         .oneofs()
@@ -241,7 +306,8 @@ fn rules_of(descriptor: &MessageDescriptor) -> Arc<MessageRules> {
         })
         .collect();
     let rules = Arc::new(MessageRules {
-        fields,
+        ruled,
+        skipped,
         required_oneofs,
     });
     RULES

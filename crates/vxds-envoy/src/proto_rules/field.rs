@@ -13,19 +13,42 @@ use prost_reflect::{
 };
 use regex::Regex;
 
-use super::Found;
-use crate::pointer::Pointer;
+use super::{Found, Path, Segment};
 
-/// Applies `rules` to `value`; false when the rules say not to look inside the message
-/// (`message.skip`).
+/// A field's rules, with what every check asks of them read once.
+pub(super) struct Compiled {
+    /// `message.required`.
+    required: bool,
+    /// `message.skip`: the message is not looked inside.
+    pub(super) skip: bool,
+    /// The rules of the field's kind (`uint32`, `string`, `repeated`, …), if any.
+    kind: Option<(&'static str, DynamicMessage)>,
+}
+
+impl Compiled {
+    pub(super) fn new(rules: DynamicMessage) -> Self {
+        let message_rules = get(&rules, "message");
+        let message_flag = |name: &str| match message_rules.as_deref() {
+            Some(Value::Message(m)) => flag(m, name),
+            _ => false,
+        };
+        Self {
+            required: message_flag("required"),
+            skip: message_flag("skip"),
+            kind: type_rules(&rules),
+        }
+    }
+}
+
+/// Applies a field's rules to its value.
 pub(super) fn check(
     field: &FieldDescriptor,
     value: &Value,
     set: bool,
-    rules: &DynamicMessage,
-    at: &Pointer,
+    rules: &Compiled,
+    at: &Path,
     found: &mut Found,
-) -> bool {
+) {
     check_value(field, value, set, rules, false, at, found)
 }
 
@@ -35,27 +58,22 @@ fn check_value(
     field: &FieldDescriptor,
     value: &Value,
     set: bool,
-    rules: &DynamicMessage,
+    rules: &Compiled,
     element: bool,
-    at: &Pointer,
+    at: &Path,
     found: &mut Found,
-) -> bool {
+) {
     let name = field.name();
-    let mut follow = true;
-    if let Some(Value::Message(message_rules)) = get(rules, "message").as_deref() {
-        if flag(message_rules, "required") && !set {
-            found.push(
-                at.clone(),
-                format!("`{name}` is required (Envoy's rule: message.required)"),
-            );
-        }
-        if flag(message_rules, "skip") {
-            follow = false;
-        }
+    if rules.required && !set {
+        found.push(
+            at,
+            format!("`{name}` is required (Envoy's rule: message.required)"),
+        );
     }
-    let Some((kind, type_rules)) = type_rules(rules) else {
-        return follow;
+    let Some((kind, type_rules)) = &rules.kind else {
+        return;
     };
+    let kind = *kind;
     let enum_type = match field.kind() {
         Kind::Enum(e) => Some(e),
         _ => None,
@@ -63,7 +81,7 @@ fn check_value(
     let rule = Rule {
         name,
         kind,
-        rules: &type_rules,
+        rules: type_rules,
         enum_type: enum_type.as_ref(),
     };
     match kind {
@@ -71,9 +89,9 @@ fn check_value(
         "map" => map(&rule, field, value, at, found),
         _ if !element && (field.is_list() || field.is_map()) => {}
         "duration" | "timestamp" | "any" if !set => {
-            if flag(&type_rules, "required") {
+            if flag(type_rules, "required") {
                 found.push(
-                    at.clone(),
+                    at,
                     format!("`{name}` is required (Envoy's rule: {kind}.required)"),
                 );
             }
@@ -93,7 +111,6 @@ fn check_value(
             _ => scalar(&rule, value, at, found),
         },
     }
-    follow
 }
 
 /// The rules of one kind (`uint32`, `string`, `repeated`, …) for one field.
@@ -105,9 +122,9 @@ struct Rule<'a> {
 }
 
 impl Rule<'_> {
-    fn broken(&self, at: &Pointer, found: &mut Found, what: String, rule: &str) {
+    fn broken(&self, at: &Path, found: &mut Found, what: String, rule: &str) {
         found.push(
-            at.clone(),
+            at,
             format!(
                 "`{}` {what} (Envoy's rule: {}.{rule})",
                 self.name, self.kind
@@ -166,7 +183,7 @@ fn unsigned(message: &DynamicMessage, name: &str) -> Option<u64> {
     get(message, name).and_then(|v| v.as_u64())
 }
 
-fn repeated(rule: &Rule, field: &FieldDescriptor, value: &Value, at: &Pointer, found: &mut Found) {
+fn repeated(rule: &Rule, field: &FieldDescriptor, value: &Value, at: &Path, found: &mut Found) {
     let Some(items) = value.as_list() else { return };
     let n = items.len() as u64;
     if n == 0 && flag(rule.rules, "ignore_empty") {
@@ -197,7 +214,7 @@ fn repeated(rule: &Rule, field: &FieldDescriptor, value: &Value, at: &Pointer, f
         for (i, item) in items.iter().enumerate() {
             if !seen.insert(format!("{item:?}")) {
                 rule.broken(
-                    &at.push(i),
+                    &at.child(Segment::Index(i)),
                     found,
                     "repeats an earlier item".into(),
                     "unique",
@@ -206,14 +223,15 @@ fn repeated(rule: &Rule, field: &FieldDescriptor, value: &Value, at: &Pointer, f
         }
     }
     if let Some(Value::Message(item_rules)) = get(rule.rules, "items").as_deref() {
+        let item_rules = Compiled::new(item_rules.clone());
         for (i, item) in items.iter().enumerate() {
-            let at = at.push(i);
-            check_value(field, item, true, item_rules, true, &at, found);
+            let at = at.child(Segment::Index(i));
+            check_value(field, item, true, &item_rules, true, &at, found);
         }
     }
 }
 
-fn map(rule: &Rule, field: &FieldDescriptor, value: &Value, at: &Pointer, found: &mut Found) {
+fn map(rule: &Rule, field: &FieldDescriptor, value: &Value, at: &Path, found: &mut Found) {
     let Some(entries) = value.as_map() else {
         return;
     };
@@ -244,15 +262,18 @@ fn map(rule: &Rule, field: &FieldDescriptor, value: &Value, at: &Pointer, found:
     let Kind::Message(entry) = field.kind() else {
         return;
     };
-    let key_rules = get(rule.rules, "keys");
-    let value_rules = get(rule.rules, "values");
+    let compiled = |name: &str| match get(rule.rules, name).as_deref() {
+        Some(Value::Message(r)) => Some(Compiled::new(r.clone())),
+        _ => None,
+    };
+    let (key_rules, value_rules) = (compiled("keys"), compiled("values"));
     for (key, item) in entries {
-        let at = at.push(super::map_key(key));
-        if let Some(Value::Message(r)) = key_rules.as_deref() {
+        let at = at.child(Segment::Key(key));
+        if let Some(r) = &key_rules {
             let key_field = entry.map_entry_key_field();
             check_value(&key_field, &map_key_value(key), true, r, true, &at, found);
         }
-        if let Some(Value::Message(r)) = value_rules.as_deref() {
+        if let Some(r) = &value_rules {
             let value_field = entry.map_entry_value_field();
             check_value(&value_field, item, true, r, true, &at, found);
         }
@@ -270,7 +291,7 @@ fn map_key_value(key: &MapKey) -> Value {
     }
 }
 
-fn any(rule: &Rule, value: &Value, at: &Pointer, found: &mut Found) {
+fn any(rule: &Rule, value: &Value, at: &Path, found: &mut Found) {
     let Some(any) = value.as_message() else {
         return;
     };
@@ -329,7 +350,7 @@ fn duration_text(nanos: i128) -> String {
     }
 }
 
-fn duration(rule: &Rule, value: &Value, at: &Pointer, found: &mut Found) {
+fn duration(rule: &Rule, value: &Value, at: &Path, found: &mut Found) {
     let Some(message) = value.as_message() else {
         return;
     };
@@ -441,7 +462,7 @@ fn bounds(
     value: &Num,
     b: Bounds,
     text: &dyn Fn(&Num) -> String,
-    at: &Pointer,
+    at: &Path,
     found: &mut Found,
 ) {
     let is = |o: Option<Ordering>, want: &[Ordering]| o.is_some_and(|o| want.contains(&o));
@@ -531,7 +552,7 @@ fn strings(rules: &DynamicMessage, name: &str) -> Vec<String> {
         .unwrap_or_default()
 }
 
-fn scalar(rule: &Rule, value: &Value, at: &Pointer, found: &mut Found) {
+fn scalar(rule: &Rule, value: &Value, at: &Path, found: &mut Found) {
     match (rule.kind, value) {
         ("string", Value::String(s)) => string(rule, s, at, found),
         ("bytes", Value::Bytes(b)) => bytes(rule, b, at, found),
@@ -581,7 +602,7 @@ fn enum_or_number(
     rule: &Rule,
     value: &Num,
     text: &dyn Fn(&Num) -> String,
-    at: &Pointer,
+    at: &Path,
     found: &mut Found,
 ) {
     let one = |name: &str| get(rule.rules, name).and_then(|v| Num::of(&v));
@@ -607,7 +628,7 @@ fn enum_or_number(
 const HTTP_HEADER_NAME: i32 = 1;
 const HTTP_HEADER_VALUE: i32 = 2;
 
-fn string(rule: &Rule, s: &str, at: &Pointer, found: &mut Found) {
+fn string(rule: &Rule, s: &str, at: &Path, found: &mut Found) {
     if s.is_empty() && flag(rule.rules, "ignore_empty") {
         return;
     }
@@ -714,7 +735,7 @@ fn header_name(s: &str) -> bool {
             .all(|c| c.is_ascii_alphanumeric() || "!#$%&'*+-.^_|~`".contains(c))
 }
 
-fn bytes(rule: &Rule, b: &[u8], at: &Pointer, found: &mut Found) {
+fn bytes(rule: &Rule, b: &[u8], at: &Path, found: &mut Found) {
     if b.is_empty() && flag(rule.rules, "ignore_empty") {
         return;
     }
