@@ -39,7 +39,7 @@ use vxds_store::Index;
 pub use connections::{ConnectionClosing, ConnectionConfig};
 pub use events::{ClientEvent, ClientEvents};
 pub use identity::{PeerIdentity, PeerInfo};
-pub use machine::{DEFAULT_HEARTBEAT_FRACTION, MachineConfig};
+pub use machine::{DEFAULT_HEARTBEAT_FRACTION, DEFAULT_MAX_UNANSWERED, MachineConfig};
 pub use metrics::XdsMetrics;
 pub use registry::Registry;
 use service::{Shared, Spec, XdsGrpc};

@@ -58,9 +58,15 @@ pub struct MachineConfig {
     pub max_subscriptions: usize,
     /// Resource types one stream may subscribe to.
     pub max_types: usize,
-    /// Heartbeats go out at this fraction of the shortest TTL a stream holds.
+    /// Heartbeats renew each TTL'd resource at this fraction of its TTL.
     pub heartbeat_fraction: f64,
+    /// Responses a stream may leave unanswered before it is ended with `RESOURCE_EXHAUSTED`
+    /// (a client that never answers would otherwise make the server keep what each carried).
+    pub max_unanswered: usize,
 }
+
+/// The default limit of unanswered responses per stream.
+pub const DEFAULT_MAX_UNANSWERED: usize = 1024;
 
 /// The default heartbeat fraction: two heartbeats per TTL, so one may be lost or late.
 pub const DEFAULT_HEARTBEAT_FRACTION: f64 = 0.5;
@@ -72,6 +78,7 @@ impl Default for MachineConfig {
             max_subscriptions: 100_000,
             max_types: 64,
             heartbeat_fraction: DEFAULT_HEARTBEAT_FRACTION,
+            max_unanswered: DEFAULT_MAX_UNANSWERED,
         }
     }
 }
@@ -578,24 +585,41 @@ impl StreamMachine {
         responses
     }
 
-    /// The shortest TTL among the resources the client holds: its heartbeats are due at a
-    /// fraction of it. `None` when it holds no TTL'd resource: no heartbeat ever wakes it.
+    /// The shortest TTL among the resources heartbeats renew on this stream (what the client
+    /// accepted): the stream is woken at a fraction of it. `None` when there is none: no
+    /// heartbeat ever wakes it.
     pub fn shortest_ttl(&self) -> Option<std::time::Duration> {
-        self.types.values().filter_map(|t| t.shortest_ttl()).min()
+        let delta = self.protocol == Protocol::Delta;
+        self.types
+            .values()
+            .filter_map(|t| t.shortest_ttl(delta))
+            .min()
     }
 
-    /// Heartbeats, one response per type whose client holds TTL'd resources: they renew
-    /// the TTLs and change nothing the client has. From the stream's own state, not the
-    /// snapshot; `revision` is the Delta `system_version_info`.
-    pub fn heartbeat(&mut self, revision: u64) -> Vec<Response> {
+    /// Heartbeats, at most one response per type, for the TTL'd resources the client accepted
+    /// whose renewal is due at `now` (each at its own TTL's pace): they renew the TTLs and
+    /// change nothing the client has. From the stream's own state, not the snapshot;
+    /// `revision` is the Delta `system_version_info`.
+    pub fn heartbeat(&mut self, revision: u64, now: std::time::Instant) -> Vec<Response> {
+        let Some(shortest) = self.shortest_ttl() else {
+            return Vec::new();
+        };
+        let fraction = self.config.heartbeat_fraction;
+        let beat = type_state::heartbeat::Beat {
+            now,
+            period: shortest.mul_f64(fraction),
+            fraction,
+        };
         let system_version = revision.to_string();
         let mut responses = Vec::new();
         for ty in self.types.values_mut() {
             let seq = self.nonce + 1;
             let response = match self.protocol {
-                Protocol::Sotw => ty.sotw_heartbeat(seq, self.wrap_all).map(Response::Sotw),
+                Protocol::Sotw => ty
+                    .sotw_heartbeat(seq, self.wrap_all, beat)
+                    .map(Response::Sotw),
                 Protocol::Delta => ty
-                    .delta_heartbeat(seq, &system_version)
+                    .delta_heartbeat(seq, &system_version, beat)
                     .map(Response::Delta),
             };
             if let Some(response) = response {
@@ -607,6 +631,19 @@ impl StreamMachine {
             self.record_sent(response);
         }
         responses
+    }
+
+    /// A client that leaves more than `max_unanswered` responses unanswered is ended: what
+    /// they carried is kept until answered, so the server's memory would follow its silence.
+    pub fn check_backlog(&self) -> Result<(), Status> {
+        let unanswered: usize = self.types.values().map(|t| t.unanswered).sum();
+        if unanswered > self.config.max_unanswered {
+            return Err(Status::resource_exhausted(format!(
+                "{unanswered} responses unanswered on this stream; the limit is {}",
+                self.config.max_unanswered
+            )));
+        }
+        Ok(())
     }
 
     /// Every response with a smaller sequence number is accepted by the client.

@@ -549,7 +549,7 @@ async fn run_stream<Req, Resp>(
                 responses
             }
             () = registration.heartbeat.notified() => {
-                let beats = machine.heartbeat(shared.registry.snapshot().revision);
+                let beats = machine.heartbeat(shared.registry.snapshot().revision, std::time::Instant::now());
                 for beat in &beats {
                     let type_url = beat.type_url().to_owned();
                     shared.metrics.heartbeats.get_or_create(&TypeLabels { type_url }).inc();
@@ -585,6 +585,12 @@ async fn run_stream<Req, Resp>(
                 .responses
                 .get_or_create(&TypeLabels { type_url })
                 .inc();
+        }
+        if let Err(status) = machine.check_backlog() {
+            shared.metrics.unanswered_ended.inc();
+            warn!(stream = id, node = ?machine.node().map(|n| n.id.clone()), error = %status.message(), "a client left too many responses unanswered; closing its stream");
+            let _ = out.try_send(Box::new(Err(status)));
+            break;
         }
         let ttl = machine.shortest_ttl();
         if ttl != ttl_registered {

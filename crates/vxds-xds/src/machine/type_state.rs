@@ -8,7 +8,8 @@
 //! client what does not exist) and *break* (removals of what the client has), which the machine
 //! only runs once the client has acknowledged everything in flight.
 
-mod heartbeat;
+mod accepted;
+pub(crate) mod heartbeat;
 mod lists;
 mod respond;
 
@@ -256,6 +257,19 @@ pub(crate) struct TypeState {
     /// Removals due, each with the sequence number of the last response sent when it became
     /// due: it may go once every response up to that one is accepted.
     removal_stamps: BTreeMap<ItemKey, u64>,
+
+    /// What the client accepted (held = ACKed, not sent): heartbeats renew these, at these
+    /// versions, and the NACK scope reads their references. See `accepted`.
+    accepted: BTreeMap<ItemKey, Item>,
+    /// The version of the last response the client accepted (SotW heartbeats carry it).
+    accepted_version: Option<String>,
+    /// The changes each unanswered response carried (Delta: by sequence number; SotW: the one
+    /// outstanding response's whole state), applied to `accepted` when it is acknowledged.
+    unacked: BTreeMap<u64, accepted::Carried>,
+    /// Responses sent since the client last answered one of this type.
+    pub unanswered: usize,
+    /// When each accepted TTL'd item was last renewed by a heartbeat.
+    renewed: BTreeMap<ItemKey, std::time::Instant>,
 }
 
 /// A response awaiting the client's answer.
@@ -308,6 +322,11 @@ impl TypeState {
             refused: None,
             reported_names: BTreeSet::new(),
             removal_stamps: BTreeMap::new(),
+            accepted: BTreeMap::new(),
+            accepted_version: None,
+            unacked: BTreeMap::new(),
+            unanswered: 0,
+            renewed: BTreeMap::new(),
         }
     }
 
@@ -325,6 +344,8 @@ impl TypeState {
             }
         }
         map(&mut self.outstanding);
+        map(&mut self.unacked);
+        map(&mut self.renewed);
         map(&mut self.removal_stamps);
         map(&mut self.by_normal);
         map(&mut self.glob_members);
@@ -597,6 +618,8 @@ impl TypeState {
     fn forget(&mut self, key: &ItemKey) {
         self.unsend(key);
         self.dirty.remove(key);
+        // The client dropped it itself (it unsubscribed): nothing to renew.
+        self.accepted.remove(key);
     }
 
     /// The variants of `name` the client holds (locator subscriptions), found by range.
@@ -862,6 +885,7 @@ impl TypeState {
         }
         // What was reported and matched nothing is held by name: its removal is by name.
         self.reported_names.clear();
+        self.accept_reported();
     }
 
     fn refresh_resource(&mut self, normal: &str, snapshot: &Snapshot) {

@@ -8,6 +8,7 @@ use std::sync::Arc;
 
 use vxds_envoy::resource::content_hash;
 
+use super::accepted::Carried;
 use super::*;
 use crate::wire::{DeltaResponse, Naming, RemovedName, SotwEntry, SotwResponse};
 
@@ -27,6 +28,7 @@ impl TypeState {
     /// behind under churn; Envoy answers every response). An acceptance settles every response
     /// up to that one, so the latest outstanding response no longer stands for them.
     pub fn settle_superseded(&mut self, nonce: &str) {
+        self.unanswered = 0;
         let Ok(answered) = nonce.parse::<u64>() else {
             return;
         };
@@ -43,6 +45,8 @@ impl TypeState {
     pub fn release_if_unwatched(&mut self) {
         if self.seen_request && !self.wildcard() && self.subscription_count() == 0 {
             self.outstanding.clear();
+            self.unacked.clear();
+            self.unanswered = 0;
             self.refused = None;
             self.force_send = false;
         }
@@ -94,10 +98,13 @@ impl TypeState {
         error: Option<String>,
         client_version: &str,
     ) -> Option<Ack> {
+        // Any answer shows a client that keeps up.
+        self.unanswered = 0;
         let answered = self.outstanding.remove(nonce)?;
         let version = answered.version;
         Some(match error {
             Some(message) => {
+                self.refuse(answered.seq);
                 self.nacked_version = Some(version.clone());
                 // What was computed after the refused update stays held back (A74).
                 let since = self
@@ -110,6 +117,8 @@ impl TypeState {
                 Ack::Nacked { version, message }
             }
             None => {
+                self.accept_through(answered.seq);
+                self.accepted_version = Some(version.clone());
                 // A later version accepted: the refusal is behind the client, and the refused
                 // content may be sent again if it comes back.
                 if self.refused.is_some_and(|r| answered.seq > r.seq) {
@@ -229,6 +238,11 @@ impl TypeState {
             .retain(|k| self.sent.contains_key(k) && !self.desired.contains_key(k));
         self.last_version = Some(version.clone());
         let nonce = self.sotw_outstanding(seq, &version);
+        let state = entries
+            .iter()
+            .map(|(k, (_, item))| (k.clone(), item.clone()))
+            .collect();
+        self.carry(seq, Carried::State(state));
         Some(SotwResponse {
             version_info: version,
             resources: entries.into_values().map(|(e, _)| e).collect(),
@@ -245,8 +259,10 @@ impl TypeState {
             .map(|(k, item)| (k.clone(), item.clone()))
             .collect();
         let mut response = DeltaResponse::default();
+        let mut carried: Vec<(ItemKey, Option<Item>)> = Vec::new();
         for (key, item) in upserts {
             response.resources.push(item.wrapped(key.name()));
+            carried.push((key.clone(), Some(item.clone())));
             self.send(key.clone(), Sent::Delivered(item));
             self.dirty.remove(&key);
             // A resource that exists again is no longer reported missing.
@@ -268,6 +284,7 @@ impl TypeState {
         for key in replaced {
             let sent = self.unsend(&key);
             self.dirty.remove(&key);
+            carried.push((key.clone(), None));
             response.removed_resource_names.push(RemovedName {
                 name: key.name().to_string(),
                 constraints: sent.and_then(|s| s.constraints()),
@@ -329,7 +346,7 @@ impl TypeState {
                 self.reported_missing.insert(report);
             }
         }
-        self.finish_delta(response, seq, system_version)
+        self.finish_delta(response, seq, system_version, Carried::Changes(carried))
     }
 
     /// Delta, break phase: the eligible removals of what the client has.
@@ -341,6 +358,8 @@ impl TypeState {
     ) -> Option<DeltaResponse> {
         let removals: Vec<ItemKey> = self.eligible_removals(settled_before).cloned().collect();
         let mut response = DeltaResponse::default();
+        let carried: Vec<(ItemKey, Option<Item>)> =
+            removals.iter().map(|k| (k.clone(), None)).collect();
         for key in removals {
             let sent = self.unsend(&key);
             self.dirty.remove(&key);
@@ -374,7 +393,7 @@ impl TypeState {
                 }
             }
         }
-        self.finish_delta(response, seq, system_version)
+        self.finish_delta(response, seq, system_version, Carried::Changes(carried))
     }
 
     pub(super) fn finish_delta(
@@ -382,6 +401,7 @@ impl TypeState {
         mut response: DeltaResponse,
         seq: u64,
         system_version: &str,
+        carried: Carried,
     ) -> Option<DeltaResponse> {
         if response.resources.is_empty()
             && response.removed_resources.is_empty()
@@ -392,6 +412,8 @@ impl TypeState {
         response.type_url = self.type_url.clone();
         response.nonce = seq.to_string();
         response.system_version_info = system_version.to_owned();
+        self.carry(seq, carried);
+        self.unanswered += 1;
         self.outstanding.insert(
             response.nonce.clone(),
             Outstanding {
@@ -406,6 +428,7 @@ impl TypeState {
     /// Records a SotW response of `entries` at `version` as the one outstanding: the client
     /// answers only the latest, which stands for those it supersedes.
     pub(super) fn sotw_outstanding(&mut self, seq: u64, version: &str) -> String {
+        self.unanswered += 1;
         let nonce = seq.to_string();
         self.last_nonce = Some(nonce.clone());
         let since = self
