@@ -8,6 +8,7 @@
 //! - [`rules`]: type-specific rules: gRFC A37 clusters and the aggregate-cluster graph.
 //! - [`changeset`]: the write model REST, CLI and fixtures share, and its validation.
 //! - [`pointer`]: JSON pointers, so every error names its field.
+//! - [`references`]: what a body names in other types (RDS, EDS, SDS, clusters).
 //!
 //! `envoy-types` pulls in tonic, so this lives outside the pure `vxds-core`.
 #![forbid(unsafe_code)]
@@ -17,6 +18,7 @@ pub mod collections;
 pub mod constraints;
 pub mod descriptors;
 pub mod pointer;
+pub mod references;
 pub mod resource;
 pub mod rules;
 

@@ -39,7 +39,7 @@ pub use type_state::Interest;
 /// What a stream subscribes to, per type URL.
 pub type StreamInterest = BTreeMap<String, Interest>;
 pub(crate) use type_state::Sent;
-use type_state::{Ack, HeldChanges, TypeState};
+use type_state::{Ack, HeldChanges, Settled, TypeState};
 
 use crate::params::{ParamSource, locator_params, node_params_from};
 use crate::status::{Acked, ClientStatus, Nacked, SentVersion, TypeStatus};
@@ -537,15 +537,13 @@ impl StreamMachine {
 
         // Make: additions and updates, in make-before-break order. A SotW response leaves out
         // the removals already eligible, so that no second response of the type follows.
-        let settled_before = self.settled_before();
+        let settled = self.settled();
         for type_url in &order {
             let seq = self.nonce + 1;
             let wrap_all = self.wrap_all;
             let ty = self.types.get_mut(type_url).expect("listed above");
             let response = match self.protocol {
-                Protocol::Sotw => ty
-                    .sotw_make(seq, wrap_all, settled_before)
-                    .map(Response::Sotw),
+                Protocol::Sotw => ty.sotw_make(seq, wrap_all, &settled).map(Response::Sotw),
                 Protocol::Delta => ty.delta_make(seq, &system_version).map(Response::Delta),
             };
             if let Some(response) = response {
@@ -558,17 +556,15 @@ impl StreamMachine {
             ty.stamp_removals(last_sent);
         }
         // Break: the removals every earlier response has cleared, in the reverse order.
-        let settled_before = self.settled_before();
+        let settled = self.settled();
         for type_url in order.iter().rev() {
             let seq = self.nonce + 1;
             let wrap_all = self.wrap_all;
             let ty = self.types.get_mut(type_url).expect("listed above");
             let response = match self.protocol {
-                Protocol::Sotw => ty
-                    .sotw_break(seq, wrap_all, settled_before)
-                    .map(Response::Sotw),
+                Protocol::Sotw => ty.sotw_break(seq, wrap_all, &settled).map(Response::Sotw),
                 Protocol::Delta => ty
-                    .delta_break(seq, &system_version, settled_before)
+                    .delta_break(seq, &system_version, &settled)
                     .map(Response::Delta),
             };
             if let Some(response) = response {
@@ -646,13 +642,33 @@ impl StreamMachine {
         Ok(())
     }
 
-    /// Every response with a smaller sequence number is accepted by the client.
-    fn settled_before(&self) -> u64 {
-        self.types
-            .values()
-            .map(|t| t.unsettled_from())
-            .min()
-            .unwrap_or(u64::MAX)
+    /// How far the client's answers reach over every type; while a refusal stands, what its
+    /// accepted configuration names (a refused update holds back only those removals).
+    fn settled(&self) -> Settled {
+        let mut settled = Settled {
+            unanswered_before: u64::MAX,
+            refused_before: u64::MAX,
+            referenced: BTreeMap::new(),
+        };
+        for ty in self.types.values() {
+            let (unanswered, refused) = ty.unsettled_from();
+            settled.unanswered_before = settled.unanswered_before.min(unanswered);
+            settled.refused_before = settled.refused_before.min(refused);
+        }
+        if settled.refused_before != u64::MAX {
+            for ty in self.types.values() {
+                for item in ty.accepted_items() {
+                    for (type_url, name) in &item.variant().references {
+                        settled
+                            .referenced
+                            .entry(*type_url)
+                            .or_default()
+                            .insert(name.clone());
+                    }
+                }
+            }
+        }
+        settled
     }
 
     fn record_sent(&mut self, response: &Response) {

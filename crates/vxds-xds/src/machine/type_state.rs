@@ -80,7 +80,7 @@ pub(crate) struct Item {
 }
 
 impl Item {
-    fn variant(&self) -> &IndexedVariant {
+    pub(crate) fn variant(&self) -> &IndexedVariant {
         &self.resource.variants[self.variant]
     }
 
@@ -270,6 +270,26 @@ pub(crate) struct TypeState {
     pub unanswered: usize,
     /// When each accepted TTL'd item was last renewed by a heartbeat.
     renewed: BTreeMap<ItemKey, std::time::Instant>,
+}
+
+/// How far the client's answers reach, for the removal-eligibility rule.
+#[derive(Debug, Default)]
+pub(crate) struct Settled {
+    /// Every response before this one is answered.
+    pub unanswered_before: u64,
+    /// No response before this one stands refused.
+    pub refused_before: u64,
+    /// What the client's accepted configuration names, by type URL (only filled while a
+    /// refusal stands).
+    pub referenced: BTreeMap<&'static str, BTreeSet<String>>,
+}
+
+impl Settled {
+    pub fn references(&self, type_url: &str, name: &str) -> bool {
+        self.referenced
+            .get(type_url)
+            .is_some_and(|names| names.contains(name))
+    }
 }
 
 /// A response awaiting the client's answer.

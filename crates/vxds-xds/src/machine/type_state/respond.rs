@@ -15,13 +15,13 @@ use crate::wire::{DeltaResponse, Naming, RemovedName, SotwEntry, SotwResponse};
 impl TypeState {
     // ---- closing the gap -----------------------------------------------------------------
 
-    /// The sequence number of the earliest response of this type that is not settled: sent
-    /// and unanswered (a SotW response answers for those it superseded), or refused and not
-    /// yet followed by an accepted one. `u64::MAX` when everything is settled.
-    pub fn unsettled_from(&self) -> u64 {
-        let unanswered = self.outstanding.values().map(|o| o.since);
+    /// The sequence numbers of the earliest response of this type that is sent and unanswered
+    /// (a SotW response answers for those it superseded), and of the earliest refused and not
+    /// yet followed by an accepted one. `u64::MAX` when there is none.
+    pub fn unsettled_from(&self) -> (u64, u64) {
+        let unanswered = self.outstanding.values().map(|o| o.since).min();
         let refused = self.refused.map(|r| r.since);
-        unanswered.chain(refused).min().unwrap_or(u64::MAX)
+        (unanswered.unwrap_or(u64::MAX), refused.unwrap_or(u64::MAX))
     }
 
     /// SotW: the client answered a response that a later one superseded (its requests lag
@@ -62,12 +62,15 @@ impl TypeState {
         }
     }
 
-    /// Whether the removal of `key` may go, given that every response before `settled_before`
-    /// is accepted.
-    fn removal_eligible(&self, key: &ItemKey, settled_before: u64) -> bool {
-        self.removal_stamps
-            .get(key)
-            .is_some_and(|stamp| *stamp < settled_before)
+    /// Whether the removal of `key` may go: every response up to its stamp is answered, and
+    /// none of them refused — or, if one was, nothing the client accepted names `key` (a
+    /// refused update never holds back a removal nothing the client holds needs).
+    fn removal_eligible(&self, key: &ItemKey, settled: &Settled) -> bool {
+        self.removal_stamps.get(key).is_some_and(|stamp| {
+            *stamp < settled.unanswered_before
+                && (*stamp < settled.refused_before
+                    || !settled.references(&self.type_url, key.name()))
+        })
     }
 
     /// Additions or updates the client does not have yet.
@@ -86,9 +89,9 @@ impl TypeState {
             .filter(|k| self.sent.contains_key(*k) && !self.desired.contains_key(*k))
     }
 
-    fn eligible_removals(&self, settled_before: u64) -> impl Iterator<Item = &ItemKey> {
+    fn eligible_removals<'s>(&'s self, settled: &'s Settled) -> impl Iterator<Item = &'s ItemKey> {
         self.pending_removals()
-            .filter(move |k| self.removal_eligible(k, settled_before))
+            .filter(move |k| self.removal_eligible(k, settled))
     }
 
     /// A client answered the response `nonce`. `None` when the nonce is not one in flight.
@@ -145,13 +148,13 @@ impl TypeState {
         &mut self,
         seq: u64,
         wrap_all: bool,
-        settled_before: u64,
+        settled: &Settled,
     ) -> Option<SotwResponse> {
         let has_upserts = self.pending_upserts().next().is_some();
         if !has_upserts && !self.force_send {
             return None;
         }
-        let keep = self.sotw_kept(settled_before);
+        let keep = self.sotw_kept(settled);
         self.sotw_respond(seq, wrap_all, keep)
     }
 
@@ -160,21 +163,21 @@ impl TypeState {
         &mut self,
         seq: u64,
         wrap_all: bool,
-        settled_before: u64,
+        settled: &Settled,
     ) -> Option<SotwResponse> {
-        self.eligible_removals(settled_before).next()?;
-        let keep = self.sotw_kept(settled_before);
+        self.eligible_removals(settled).next()?;
+        let keep = self.sotw_kept(settled);
         self.sotw_respond(seq, wrap_all, keep)
     }
 
     /// What the client has and should no longer have, but keeps for now: removals not yet
     /// eligible. A resource whose name the new state carries anyway (another variant of it)
     /// is replaced, not kept: SotW clients key by name, and a name twice is refused.
-    fn sotw_kept(&self, settled_before: u64) -> Vec<(ItemKey, Sent)> {
+    fn sotw_kept(&self, settled: &Settled) -> Vec<(ItemKey, Sent)> {
         self.sent
             .iter()
             .filter(|(k, _)| !self.desired.contains_key(*k))
-            .filter(|(k, _)| !self.removal_eligible(k, settled_before))
+            .filter(|(k, _)| !self.removal_eligible(k, settled))
             .filter(|(k, _)| !self.desires_name(k.name()))
             .map(|(k, s)| (k.clone(), s.clone()))
             .collect()
@@ -354,9 +357,9 @@ impl TypeState {
         &mut self,
         seq: u64,
         system_version: &str,
-        settled_before: u64,
+        settled: &Settled,
     ) -> Option<DeltaResponse> {
-        let removals: Vec<ItemKey> = self.eligible_removals(settled_before).cloned().collect();
+        let removals: Vec<ItemKey> = self.eligible_removals(settled).cloned().collect();
         let mut response = DeltaResponse::default();
         let carried: Vec<(ItemKey, Option<Item>)> =
             removals.iter().map(|k| (k.clone(), None)).collect();
