@@ -525,7 +525,8 @@ impl StreamMachine {
     /// waits until every response sent up to the moment it became due is accepted — the
     /// updates computed with it and any still in flight then — whatever is sent after. So
     /// churn on one type never starves another's removals, and a refused update holds back
-    /// the removals that may depend on it until a later update is accepted.
+    /// only the removals the client's accepted configuration still names (`Settled`), until
+    /// a later update is accepted.
     pub fn poll(&mut self, snapshot: &Snapshot) -> Vec<Response> {
         for ty in self.types.values_mut() {
             ty.refresh(snapshot);

@@ -1,5 +1,6 @@
-//! TTL'd variants: wrapped in `Resource` with `ttl`, kept alive by heartbeats that carry no
-//! body in Delta and the unchanged state in SotW, and never sent to a stream holding none.
+//! TTL'd variants: wrapped in `Resource` with `ttl`, kept alive by heartbeats of what the
+//! client accepted (bodiless in Delta, with bodies in SotW), each at its own pace, and never
+//! sent to a stream holding none.
 
 use std::time::Duration;
 
