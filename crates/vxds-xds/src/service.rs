@@ -594,6 +594,12 @@ async fn run_stream<Req, Resp>(
         }
         let ttl = machine.shortest_ttl();
         if ttl != ttl_registered {
+            if ttl_registered.is_none() {
+                // A first TTL'd resource: at once what needs it (what a reconnecting client
+                // reported holding, whose TTL has been running since the last server's
+                // heartbeat); what was just sent is in flight and skipped.
+                registration.heartbeat.notify_one();
+            }
             ttl_registered = ttl;
             let every = ttl.map(|t| t.mul_f64(shared.machine.heartbeat_fraction));
             shared
