@@ -16,6 +16,7 @@
 pub mod connections;
 pub mod csds;
 pub mod events;
+mod held;
 pub mod identity;
 mod intern;
 pub mod machine;

@@ -38,7 +38,18 @@ pub use type_state::Interest;
 
 /// What a stream subscribes to, per type URL.
 pub type StreamInterest = BTreeMap<String, Interest>;
-pub(crate) use type_state::Sent;
+
+static INTERESTS: std::sync::LazyLock<crate::intern::Interner<StreamInterest>> =
+    std::sync::LazyLock::new(crate::intern::Interner::new);
+
+/// The shared copy of a stream's interest, as the registry keeps it (`crate::intern`).
+pub(crate) fn shared_interest(interest: StreamInterest) -> Arc<StreamInterest> {
+    let entries = interest
+        .values()
+        .map(|i| i.names.len() + i.collections.len() + 1)
+        .sum();
+    crate::intern::small(&INTERESTS, entries, interest)
+}
 use type_state::{Ack, HeldChanges, Settled, TypeState};
 
 use crate::params::{ParamSource, locator_params, node_params_from};
@@ -702,11 +713,11 @@ impl StreamMachine {
         if subscriptions {
             // Shared with every stream that subscribes alike.
             entry.subscriptions = crate::intern::descriptions(ty.describe_subscriptions());
-            entry.summary = crate::intern::summary(ty.summary_subscriptions());
+            entry.summary = crate::status::shared_summary(ty.summary_subscriptions());
             entry.params = ty.default_params.clone();
         }
         if let Some(sources) = sources {
-            entry.param_sources = crate::intern::param_sources(sources);
+            entry.param_sources = crate::status::shared_param_sources(sources);
         }
         match ty.take_held_changes() {
             HeldChanges::All => entry.resources = ty.held().collect(),

@@ -1,10 +1,10 @@
 //! One resource type on one stream: the state and its parts, one module each —
-//! - [`subscriptions`]: what the client subscribed to, and what it was sent;
-//! - [`desired`]: what it should have, from a snapshot;
-//! - [`accepted`]: what it holds — what it acknowledged (held = accepted);
-//! - [`respond`]: the responses that close the gap, and the client's answers;
-//! - [`heartbeat`]: the renewal of the TTLs of what it accepted;
-//! - [`lists`]: list collections built per subscriber.
+//! - `subscriptions`: what the client subscribed to, and what it was sent;
+//! - `desired`: what it should have, from a snapshot;
+//! - `accepted`: what it holds — what it acknowledged (held = accepted);
+//! - `respond`: the responses that close the gap, and the client's answers;
+//! - `heartbeat`: the renewal of the TTLs of what it accepted;
+//! - `lists`: list collections built per subscriber.
 //!
 //! Items are what a client tracks: a resource by name (plain-name, wildcard and glob
 //! subscriptions) or a variant by name and constraints (locator subscriptions, TP2). The
@@ -29,10 +29,10 @@ use vxds_core::impact::Subscription;
 use vxds_core::xdstp::{SubscriptionName, XdstpUrl};
 use vxds_core::{ConstraintsId, ParamSet};
 use vxds_envoy::collections::ListCollection;
-use vxds_store::{IndexedResource, IndexedVariant, Snapshot};
+use vxds_store::{IndexedResource, Snapshot};
 
-use crate::status::{HeldKey, HeldResource, SubscriptionGroup};
-use crate::wire::{Naming, Wrapped};
+pub(crate) use crate::held::{Item, Sent};
+use crate::status::{HeldKey, SubscriptionGroup};
 
 /// What a client tracks. Names are shared (with the index, or with the subscription), since
 /// every stream holds one key per resource it tracks.
@@ -76,98 +76,6 @@ struct Locators {
     normal: Arc<str>,
     /// Distinct, usually one: held inline, so that one costs no allocation of its own.
     params: SmallVec<[Arc<ParamSet>; 1]>,
-}
-
-#[derive(Clone, Debug)]
-pub(crate) struct Item {
-    resource: Arc<IndexedResource>,
-    variant: usize,
-    /// Named with its constraints (locator subscriptions) or the legacy way.
-    constrained: bool,
-}
-
-impl Item {
-    pub(crate) fn variant(&self) -> &IndexedVariant {
-        &self.resource.variants[self.variant]
-    }
-
-    fn version(&self) -> &Arc<str> {
-        &self.variant().version
-    }
-
-    /// Whether this is the variant `params` resolved to (in the snapshot it came from).
-    fn resolves(&self, params: &ParamSet) -> bool {
-        self.resource.matcher.resolve(params) == Some(self.variant)
-    }
-
-    /// The constraints it is named with: a locator subscription's variant's, else none.
-    fn constraints(&self) -> Option<Bytes> {
-        self.constrained
-            .then(|| self.variant().constraints_bytes.clone())
-            .flatten()
-    }
-
-    fn wrapped(&self, name: &Arc<str>) -> Wrapped {
-        let variant = self.variant();
-        let naming = if self.constrained {
-            Naming::Constrained(variant.constraints_bytes.clone())
-        } else {
-            Naming::Legacy
-        };
-        Wrapped {
-            name: name.clone(),
-            naming,
-            version: variant.version.clone(),
-            body: Some(variant.body.clone()),
-            ttl: variant.ttl,
-        }
-    }
-
-    /// Its TTL: such an item is always sent wrapped, and kept alive by heartbeats.
-    fn ttl(&self) -> Option<std::time::Duration> {
-        self.variant().ttl
-    }
-}
-
-/// What the client has of an item.
-#[derive(Clone, Debug)]
-pub(crate) enum Sent {
-    /// Sent on this stream: the variant as the snapshot of the time held it.
-    Delivered(Item),
-    /// What the client said it had at connect (`initial_resource_versions`); never sent here.
-    Reported(Arc<str>),
-}
-
-impl Sent {
-    fn version(&self) -> &Arc<str> {
-        match self {
-            Sent::Delivered(item) => item.version(),
-            Sent::Reported(version) => version,
-        }
-    }
-
-    fn constraints(&self) -> Option<Bytes> {
-        match self {
-            Sent::Delivered(item) => item.constraints(),
-            Sent::Reported(_) => None,
-        }
-    }
-
-    /// As operators see it, under `name`. Every field is shared, not copied.
-    pub(crate) fn held(&self, name: &Arc<str>) -> HeldResource {
-        let delivered = match self {
-            Sent::Delivered(item) => Some(item),
-            Sent::Reported(_) => None,
-        };
-        HeldResource {
-            name: name.clone(),
-            version: self.version().clone(),
-            constraints: delivered
-                .filter(|item| item.constrained)
-                .and_then(|item| item.variant().constraints_text.clone()),
-            body: delivered.map(|item| item.variant().body.clone()),
-        }
-    }
 }
 
 /// What changed in what the client holds since the status last looked.
