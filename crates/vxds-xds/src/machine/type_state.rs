@@ -185,6 +185,9 @@ pub(crate) struct TypeState {
     pub unanswered: usize,
     /// When each accepted TTL'd item was last renewed by a heartbeat.
     renewed: BTreeMap<ItemKey, std::time::Instant>,
+    /// TTL'd items just accepted with their bodies (their TTL restarted then): renewed as of
+    /// the next heartbeat round, which sends them nothing yet.
+    fresh: BTreeSet<ItemKey>,
 }
 
 /// How far the client's answers reach, for the removal-eligibility rule.
@@ -262,6 +265,7 @@ impl TypeState {
             unacked: BTreeMap::new(),
             unanswered: 0,
             renewed: BTreeMap::new(),
+            fresh: BTreeSet::new(),
         }
     }
 
@@ -281,6 +285,7 @@ impl TypeState {
         map(&mut self.outstanding);
         map(&mut self.unacked);
         map(&mut self.renewed);
+        set(&mut self.fresh);
         map(&mut self.removal_stamps);
         map(&mut self.by_normal);
         map(&mut self.glob_members);

@@ -45,15 +45,25 @@ impl TypeState {
                 Carried::Changes(changes) => {
                     for (key, item) in changes {
                         match item {
-                            Some(item) => self.accepted.insert(key, item),
+                            Some(item) => {
+                                if item.ttl().is_some() {
+                                    self.fresh.insert(key.clone());
+                                }
+                                self.accepted.insert(key, item)
+                            }
                             None => self.accepted.remove(&key),
                         };
                     }
                 }
-                Carried::State(state) => self.accepted = state.into_iter().collect(),
+                Carried::State(state) => {
+                    self.accepted = state.into_iter().collect();
+                    let timed = self.accepted.iter().filter(|(_, i)| i.ttl().is_some());
+                    self.fresh.extend(timed.map(|(k, _)| k.clone()));
+                }
             }
         }
         self.renewed.retain(|k, _| self.accepted.contains_key(k));
+        self.fresh.retain(|k| self.accepted.contains_key(k));
     }
 
     /// The client refused response `seq`: it keeps what it had accepted.

@@ -58,6 +58,13 @@ impl TypeState {
             .min()
     }
 
+    /// What was accepted with its body since the last round counts as renewed now.
+    fn settle_fresh(&mut self, beat: Beat) {
+        for key in std::mem::take(&mut self.fresh) {
+            self.renewed.insert(key, beat.now);
+        }
+    }
+
     fn due(&self, key: &ItemKey, ttl: Duration, beat: Beat) -> bool {
         self.renewed
             .get(key)
@@ -71,6 +78,7 @@ impl TypeState {
         system_version: &str,
         beat: Beat,
     ) -> Option<DeltaResponse> {
+        self.settle_fresh(beat);
         if self.unanswered >= HEARTBEAT_BACKLOG {
             return None;
         }
@@ -101,6 +109,7 @@ impl TypeState {
     /// SotW heartbeat: the accepted state (LDS, CDS) or its due TTL'd resources (other types),
     /// with bodies, at the accepted version.
     pub fn sotw_heartbeat(&mut self, seq: u64, wrap_all: bool, beat: Beat) -> Option<SotwResponse> {
+        self.settle_fresh(beat);
         if !self.outstanding.is_empty() || self.unanswered >= HEARTBEAT_BACKLOG {
             return None;
         }
