@@ -9,6 +9,7 @@
 //! - [`proto_rules`]: Envoy's protoc-gen-validate rules, inside nested `Any`s too.
 //! - [`changeset`]: the write model REST, CLI and fixtures share, and its validation.
 //! - [`pointer`]: JSON pointers, so every error names its field.
+//! - [`references`]: what a body names in other types (RDS, EDS, SDS, clusters).
 //!
 //! `envoy-types` pulls in tonic, so this lives outside the pure `vxds-core`.
 #![forbid(unsafe_code)]
@@ -19,6 +20,7 @@ pub mod constraints;
 pub mod descriptors;
 pub mod pointer;
 pub mod proto_rules;
+pub mod references;
 pub mod resource;
 pub mod rules;
 

@@ -68,6 +68,10 @@ pub struct IndexedVariant {
     pub ttl: Option<std::time::Duration>,
     /// The body is a TP1 redirect (`xds.core.v3.ResourceLocator`): always sent wrapped.
     pub redirect: bool,
+    /// What the body names in other types (RDS, EDS, SDS, clusters), read once here: a
+    /// stream keeps what a client's accepted configuration still needs while it refuses an
+    /// update.
+    pub references: Vec<vxds_envoy::references::Reference>,
     /// Whether the constraints hold only for the identities they name; worked out on first
     /// use, for the process's trusted keys (fixed for its life).
     identity_bound: std::sync::OnceLock<bool>,
@@ -143,6 +147,7 @@ impl IndexedResource {
                     constraints_text: constrained.then(|| Arc::from(v.constraints.to_string())),
                     constraints: v.constraints,
                     redirect: vxds_envoy::collections::is_redirect_body(&v.body),
+                    references: vxds_envoy::references::of(&v.body),
                     body: Bytes::from(v.body),
                     version: Arc::from(v.version),
                     ttl: v.ttl,
@@ -179,6 +184,7 @@ impl IndexedResource {
                 constraints_bytes: None,
                 constraints_text: None,
                 redirect: vxds_envoy::collections::is_redirect_body(&body),
+                references: Vec::new(),
                 body,
                 version,
                 ttl: None,

@@ -16,11 +16,9 @@ use std::sync::{Arc, LazyLock, Mutex};
 
 use vxds_core::ParamSet;
 
-use crate::machine::StreamInterest;
-use crate::status::{ParamSources, SubscriptionGroup};
-
-/// A table of shared values.
-struct Interner<T: ?Sized> {
+/// A table of shared values. The tables of values a module owns live with it (the status's
+/// subscription summaries, the registry's interests), so that this module depends on none.
+pub(crate) struct Interner<T: ?Sized> {
     table: Mutex<Table<T>>,
 }
 
@@ -34,7 +32,7 @@ struct Table<T: ?Sized> {
 const MIN_SWEEP: usize = 1024;
 
 impl<T: ?Sized + Eq + Hash> Interner<T> {
-    fn new() -> Self {
+    pub(crate) fn new() -> Self {
         Self {
             table: Mutex::new(Table {
                 values: HashSet::new(),
@@ -72,9 +70,6 @@ impl<T: ?Sized + Eq + Hash> Interner<T> {
 static PARAMS: LazyLock<Interner<ParamSet>> = LazyLock::new(Interner::new);
 static NAMES: LazyLock<Interner<str>> = LazyLock::new(Interner::new);
 static DESCRIPTIONS: LazyLock<Interner<[String]>> = LazyLock::new(Interner::new);
-static SUMMARIES: LazyLock<Interner<[SubscriptionGroup]>> = LazyLock::new(Interner::new);
-static INTERESTS: LazyLock<Interner<StreamInterest>> = LazyLock::new(Interner::new);
-static SOURCES: LazyLock<Interner<ParamSources>> = LazyLock::new(Interner::new);
 
 /// The shared copy of a parameter set.
 pub(crate) fn params(params: ParamSet) -> Arc<ParamSet> {
@@ -93,7 +88,7 @@ pub(crate) fn name(name: &str) -> Arc<str> {
 const MAX_SHARED_ENTRIES: usize = 64;
 
 /// The shared copy of `value` when it is small (`entries`), else a private one.
-fn small<T: ?Sized + Eq + Hash, Q: Borrow<T> + Into<Arc<T>>>(
+pub(crate) fn small<T: ?Sized + Eq + Hash, Q: Borrow<T> + Into<Arc<T>>>(
     interner: &Interner<T>,
     entries: usize,
     value: Q,
@@ -107,26 +102,6 @@ fn small<T: ?Sized + Eq + Hash, Q: Borrow<T> + Into<Arc<T>>>(
 /// The shared copy of a type's subscriptions as operators read them (`/v1/clients`).
 pub(crate) fn descriptions(descriptions: Vec<String>) -> Arc<[String]> {
     small(&DESCRIPTIONS, descriptions.len(), descriptions)
-}
-
-/// The shared copy of a type's subscriptions grouped for the client summary.
-pub(crate) fn summary(groups: Vec<SubscriptionGroup>) -> Arc<[SubscriptionGroup]> {
-    let entries = groups.iter().map(|g| g.subscriptions.len()).sum();
-    small(&SUMMARIES, entries, groups)
-}
-
-/// The shared copy of where a stream's parameters came from.
-pub(crate) fn param_sources(sources: ParamSources) -> Arc<ParamSources> {
-    small(&SOURCES, sources.len(), sources)
-}
-
-/// The shared copy of a stream's interest, as the registry keeps it.
-pub(crate) fn interest(interest: StreamInterest) -> Arc<StreamInterest> {
-    let entries = interest
-        .values()
-        .map(|i| i.names.len() + i.collections.len() + 1)
-        .sum();
-    small(&INTERESTS, entries, interest)
 }
 
 #[cfg(test)]

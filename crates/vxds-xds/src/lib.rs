@@ -16,6 +16,7 @@
 pub mod connections;
 pub mod csds;
 pub mod events;
+mod held;
 pub mod identity;
 mod intern;
 pub mod machine;
@@ -39,7 +40,9 @@ use vxds_store::Index;
 pub use connections::{ConnectionClosing, ConnectionConfig};
 pub use events::{ClientEvent, ClientEvents};
 pub use identity::{PeerIdentity, PeerInfo};
-pub use machine::{DEFAULT_HEARTBEAT_FRACTION, MachineConfig, SecretAccess};
+pub use machine::{
+    DEFAULT_HEARTBEAT_FRACTION, DEFAULT_MAX_UNANSWERED, MachineConfig, SecretAccess,
+};
 pub use metrics::XdsMetrics;
 pub use registry::Registry;
 use service::{Shared, Spec, XdsGrpc};

@@ -39,8 +39,19 @@ pub use type_state::Interest;
 
 /// What a stream subscribes to, per type URL.
 pub type StreamInterest = BTreeMap<String, Interest>;
-pub(crate) use type_state::Sent;
-use type_state::{Ack, HeldChanges, TypeState};
+
+static INTERESTS: std::sync::LazyLock<crate::intern::Interner<StreamInterest>> =
+    std::sync::LazyLock::new(crate::intern::Interner::new);
+
+/// The shared copy of a stream's interest, as the registry keeps it (`crate::intern`).
+pub(crate) fn shared_interest(interest: StreamInterest) -> Arc<StreamInterest> {
+    let entries = interest
+        .values()
+        .map(|i| i.names.len() + i.collections.len() + 1)
+        .sum();
+    crate::intern::small(&INTERESTS, entries, interest)
+}
+use type_state::{Ack, HeldChanges, Settled, TypeState};
 
 use crate::params::{ParamSource, locator_params, node_params_from};
 use crate::status::{Acked, ClientStatus, Nacked, SentVersion, TypeStatus};
@@ -59,8 +70,11 @@ pub struct MachineConfig {
     pub max_subscriptions: usize,
     /// Resource types one stream may subscribe to.
     pub max_types: usize,
-    /// Heartbeats go out at this fraction of the shortest TTL a stream holds.
+    /// Heartbeats renew each TTL'd resource at this fraction of its TTL.
     pub heartbeat_fraction: f64,
+    /// Responses a stream may leave unanswered before it is ended with `RESOURCE_EXHAUSTED`
+    /// (a client that never answers would otherwise make the server keep what each carried).
+    pub max_unanswered: usize,
     /// Which secrets SDS serves.
     pub secrets: SecretAccess,
 }
@@ -93,6 +107,9 @@ impl SecretAccess {
     }
 }
 
+/// The default limit of unanswered responses per stream.
+pub const DEFAULT_MAX_UNANSWERED: usize = 1024;
+
 /// The default heartbeat fraction: two heartbeats per TTL, so one may be lost or late.
 pub const DEFAULT_HEARTBEAT_FRACTION: f64 = 0.5;
 
@@ -103,6 +120,7 @@ impl Default for MachineConfig {
             max_subscriptions: 100_000,
             max_types: 64,
             heartbeat_fraction: DEFAULT_HEARTBEAT_FRACTION,
+            max_unanswered: DEFAULT_MAX_UNANSWERED,
             secrets: SecretAccess::Open,
         }
     }
@@ -611,7 +629,8 @@ impl StreamMachine {
     /// waits until every response sent up to the moment it became due is accepted — the
     /// updates computed with it and any still in flight then — whatever is sent after. So
     /// churn on one type never starves another's removals, and a refused update holds back
-    /// the removals that may depend on it until a later update is accepted.
+    /// only the removals the client's accepted configuration still names (`Settled`), until
+    /// a later update is accepted.
     pub fn poll(&mut self, snapshot: &Snapshot) -> Vec<Response> {
         for ty in self.types.values_mut() {
             ty.refresh(snapshot);
@@ -623,15 +642,13 @@ impl StreamMachine {
 
         // Make: additions and updates, in make-before-break order. A SotW response leaves out
         // the removals already eligible, so that no second response of the type follows.
-        let settled_before = self.settled_before();
+        let settled = self.settled();
         for type_url in &order {
             let seq = self.nonce + 1;
             let wrap_all = self.wrap_all;
             let ty = self.types.get_mut(type_url).expect("listed above");
             let response = match self.protocol {
-                Protocol::Sotw => ty
-                    .sotw_make(seq, wrap_all, settled_before)
-                    .map(Response::Sotw),
+                Protocol::Sotw => ty.sotw_make(seq, wrap_all, &settled).map(Response::Sotw),
                 Protocol::Delta => ty.delta_make(seq, &system_version).map(Response::Delta),
             };
             if let Some(response) = response {
@@ -644,17 +661,15 @@ impl StreamMachine {
             ty.stamp_removals(last_sent);
         }
         // Break: the removals every earlier response has cleared, in the reverse order.
-        let settled_before = self.settled_before();
+        let settled = self.settled();
         for type_url in order.iter().rev() {
             let seq = self.nonce + 1;
             let wrap_all = self.wrap_all;
             let ty = self.types.get_mut(type_url).expect("listed above");
             let response = match self.protocol {
-                Protocol::Sotw => ty
-                    .sotw_break(seq, wrap_all, settled_before)
-                    .map(Response::Sotw),
+                Protocol::Sotw => ty.sotw_break(seq, wrap_all, &settled).map(Response::Sotw),
                 Protocol::Delta => ty
-                    .delta_break(seq, &system_version, settled_before)
+                    .delta_break(seq, &system_version, &settled)
                     .map(Response::Delta),
             };
             if let Some(response) = response {
@@ -671,24 +686,41 @@ impl StreamMachine {
         responses
     }
 
-    /// The shortest TTL among the resources the client holds: its heartbeats are due at a
-    /// fraction of it. `None` when it holds no TTL'd resource: no heartbeat ever wakes it.
+    /// The shortest TTL among the resources heartbeats renew on this stream (what the client
+    /// accepted): the stream is woken at a fraction of it. `None` when there is none: no
+    /// heartbeat ever wakes it.
     pub fn shortest_ttl(&self) -> Option<std::time::Duration> {
-        self.types.values().filter_map(|t| t.shortest_ttl()).min()
+        let delta = self.protocol == Protocol::Delta;
+        self.types
+            .values()
+            .filter_map(|t| t.shortest_ttl(delta))
+            .min()
     }
 
-    /// Heartbeats, one response per type whose client holds TTL'd resources: they renew
-    /// the TTLs and change nothing the client has. From the stream's own state, not the
-    /// snapshot; `revision` is the Delta `system_version_info`.
-    pub fn heartbeat(&mut self, revision: u64) -> Vec<Response> {
+    /// Heartbeats, at most one response per type, for the TTL'd resources the client accepted
+    /// whose renewal is due at `now` (each at its own TTL's pace): they renew the TTLs and
+    /// change nothing the client has. From the stream's own state, not the snapshot;
+    /// `revision` is the Delta `system_version_info`.
+    pub fn heartbeat(&mut self, revision: u64, now: std::time::Instant) -> Vec<Response> {
+        let Some(shortest) = self.shortest_ttl() else {
+            return Vec::new();
+        };
+        let fraction = self.config.heartbeat_fraction;
+        let beat = type_state::heartbeat::Beat {
+            now,
+            period: shortest.mul_f64(fraction),
+            fraction,
+        };
         let system_version = revision.to_string();
         let mut responses = Vec::new();
         for ty in self.types.values_mut() {
             let seq = self.nonce + 1;
             let response = match self.protocol {
-                Protocol::Sotw => ty.sotw_heartbeat(seq, self.wrap_all).map(Response::Sotw),
+                Protocol::Sotw => ty
+                    .sotw_heartbeat(seq, self.wrap_all, beat)
+                    .map(Response::Sotw),
                 Protocol::Delta => ty
-                    .delta_heartbeat(seq, &system_version)
+                    .delta_heartbeat(seq, &system_version, beat)
                     .map(Response::Delta),
             };
             if let Some(response) = response {
@@ -702,13 +734,46 @@ impl StreamMachine {
         responses
     }
 
-    /// Every response with a smaller sequence number is accepted by the client.
-    fn settled_before(&self) -> u64 {
-        self.types
-            .values()
-            .map(|t| t.unsettled_from())
-            .min()
-            .unwrap_or(u64::MAX)
+    /// A client that leaves more than `max_unanswered` responses unanswered is ended: what
+    /// they carried is kept until answered, so the server's memory would follow its silence.
+    pub fn check_backlog(&self) -> Result<(), Status> {
+        let unanswered: usize = self.types.values().map(|t| t.unanswered).sum();
+        if unanswered > self.config.max_unanswered {
+            return Err(Status::resource_exhausted(format!(
+                "{unanswered} responses unanswered on this stream; the limit is {}",
+                self.config.max_unanswered
+            )));
+        }
+        Ok(())
+    }
+
+    /// How far the client's answers reach over every type; while a refusal stands, what its
+    /// accepted configuration names (a refused update holds back only those removals).
+    fn settled(&self) -> Settled {
+        let mut settled = Settled {
+            unanswered_before: u64::MAX,
+            refused_before: u64::MAX,
+            referenced: BTreeMap::new(),
+        };
+        for ty in self.types.values() {
+            let (unanswered, refused) = ty.unsettled_from();
+            settled.unanswered_before = settled.unanswered_before.min(unanswered);
+            settled.refused_before = settled.refused_before.min(refused);
+        }
+        if settled.refused_before != u64::MAX {
+            for ty in self.types.values() {
+                for item in ty.accepted_items() {
+                    for (type_url, name) in &item.variant().references {
+                        settled
+                            .referenced
+                            .entry(*type_url)
+                            .or_default()
+                            .insert(name.clone());
+                    }
+                }
+            }
+        }
+        settled
     }
 
     fn record_sent(&mut self, response: &Response) {
@@ -741,11 +806,11 @@ impl StreamMachine {
         if subscriptions {
             // Shared with every stream that subscribes alike.
             entry.subscriptions = crate::intern::descriptions(ty.describe_subscriptions());
-            entry.summary = crate::intern::summary(ty.summary_subscriptions());
+            entry.summary = crate::status::shared_summary(ty.summary_subscriptions());
             entry.params = ty.default_params.clone();
         }
         if let Some(sources) = sources {
-            entry.param_sources = crate::intern::param_sources(sources);
+            entry.param_sources = crate::status::shared_param_sources(sources);
         }
         match ty.take_held_changes() {
             HeldChanges::All => entry.resources = ty.held().collect(),

@@ -36,6 +36,8 @@ pub struct XdsMetrics {
     pub draining: Gauge<i64, AtomicI64>,
     /// Streams ended for sending requests faster than the per-stream limit.
     pub rate_limited: Counter,
+    /// Streams ended for leaving too many responses unanswered.
+    pub unanswered_ended: Counter,
     pub streams: Family<StreamLabels, Gauge<i64, AtomicI64>>,
     pub responses: Family<TypeLabels, Counter>,
     pub acks: Family<TypeLabels, Counter>,
@@ -56,6 +58,7 @@ impl XdsMetrics {
             connections_closed: Family::default(),
             draining: Gauge::default(),
             rate_limited: Counter::default(),
+            unanswered_ended: Counter::default(),
             streams: Family::default(),
             responses: Family::default(),
             acks: Family::default(),
@@ -88,6 +91,11 @@ impl XdsMetrics {
             "vxds_xds_rate_limited_streams",
             "Streams ended for sending requests faster than the per-stream limit",
             metrics.rate_limited.clone(),
+        );
+        registry.register(
+            "vxds_xds_unanswered_streams",
+            "Streams ended for leaving more responses unanswered than --xds-max-unanswered",
+            metrics.unanswered_ended.clone(),
         );
         registry.register(
             "vxds_xds_streams",

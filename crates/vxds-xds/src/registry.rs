@@ -232,7 +232,7 @@ impl Registry {
     pub fn register(self: &Arc<Self>, id: u64, status: Arc<Mutex<ClientStatus>>) -> Registration {
         let inbox = Arc::new(Inbox::default());
         // Outside the registry's lock: interning takes the interner's.
-        let nothing = crate::intern::interest(StreamInterest::new());
+        let nothing = crate::machine::shared_interest(StreamInterest::new());
         if let Ok(mut indexes) = self.indexes.lock() {
             indexes.streams.insert(
                 id,
@@ -253,7 +253,7 @@ impl Registry {
 
     /// Replaces what stream `id` subscribes to.
     pub fn set_interest(&self, id: u64, interest: StreamInterest) {
-        let interest = crate::intern::interest(interest);
+        let interest = crate::machine::shared_interest(interest);
         let Ok(mut guard) = self.indexes.lock() else {
             return;
         };

@@ -555,7 +555,7 @@ async fn run_stream<Req, Resp>(
                 responses
             }
             () = registration.heartbeat.notified() => {
-                let beats = machine.heartbeat(shared.registry.snapshot().revision);
+                let beats = machine.heartbeat(shared.registry.snapshot().revision, std::time::Instant::now());
                 for beat in &beats {
                     let type_url = beat.type_url().to_owned();
                     shared.metrics.heartbeats.get_or_create(&TypeLabels { type_url }).inc();
@@ -592,8 +592,20 @@ async fn run_stream<Req, Resp>(
                 .get_or_create(&TypeLabels { type_url })
                 .inc();
         }
+        if let Err(status) = machine.check_backlog() {
+            shared.metrics.unanswered_ended.inc();
+            warn!(stream = id, node = ?machine.node().map(|n| n.id.clone()), error = %status.message(), "a client left too many responses unanswered; closing its stream");
+            let _ = out.try_send(Box::new(Err(status)));
+            break;
+        }
         let ttl = machine.shortest_ttl();
         if ttl != ttl_registered {
+            if ttl_registered.is_none() {
+                // A first TTL'd resource: at once what needs it (what a reconnecting client
+                // reported holding, whose TTL has been running since the last server's
+                // heartbeat); what was just sent is in flight and skipped.
+                registration.heartbeat.notify_one();
+            }
             ttl_registered = ttl;
             let every = ttl.map(|t| t.mul_f64(shared.machine.heartbeat_fraction));
             shared

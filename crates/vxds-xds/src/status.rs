@@ -1,14 +1,15 @@
 //! What each stream is doing, for operators: `GET /v1/clients` and CSDS read it.
 
 use std::collections::BTreeMap;
-use std::sync::Arc;
+use std::sync::{Arc, LazyLock};
 
 use bytes::Bytes;
 use serde::Serialize;
 use vxds_core::impact::Subscription;
 use vxds_core::{ConstraintsId, ParamSet};
 
-use crate::machine::Sent;
+use crate::held::Sent;
+use crate::intern::{Interner, small};
 
 /// One connected stream.
 #[derive(Clone, Debug, Default, Serialize)]
@@ -100,7 +101,9 @@ pub struct HeldResources(BTreeMap<HeldKey, Sent>);
 
 impl HeldResources {
     pub fn iter(&self) -> impl Iterator<Item = HeldResource> + '_ {
-        self.0.iter().map(|((name, _), sent)| sent.held(name))
+        self.0
+            .iter()
+            .map(|((name, _), sent)| held_resource(sent, name))
     }
 
     pub fn len(&self) -> usize {
@@ -196,4 +199,34 @@ impl TypeStatus {
 
 fn nonce_order(nonce: &str) -> u64 {
     nonce.parse().unwrap_or(0)
+}
+
+/// What the client has, as operators see it, under `name`. Every field is shared, not copied.
+fn held_resource(sent: &Sent, name: &Arc<str>) -> HeldResource {
+    let delivered = match sent {
+        Sent::Delivered(item) => Some(item),
+        Sent::Reported(_) => None,
+    };
+    HeldResource {
+        name: name.clone(),
+        version: sent.version().clone(),
+        constraints: delivered
+            .filter(|item| item.constrained)
+            .and_then(|item| item.variant().constraints_text.clone()),
+        body: delivered.map(|item| item.variant().body.clone()),
+    }
+}
+
+static SUMMARIES: LazyLock<Interner<[SubscriptionGroup]>> = LazyLock::new(Interner::new);
+static SOURCES: LazyLock<Interner<ParamSources>> = LazyLock::new(Interner::new);
+
+/// The shared copy of a type's subscriptions grouped for the client summary (`crate::intern`).
+pub(crate) fn shared_summary(groups: Vec<SubscriptionGroup>) -> Arc<[SubscriptionGroup]> {
+    let entries = groups.iter().map(|g| g.subscriptions.len()).sum();
+    small(&SUMMARIES, entries, groups)
+}
+
+/// The shared copy of where a stream's parameters came from (`crate::intern`).
+pub(crate) fn shared_param_sources(sources: ParamSources) -> Arc<ParamSources> {
+    small(&SOURCES, sources.len(), sources)
 }

@@ -93,6 +93,10 @@ pub struct ServeArgs {
     /// holds (0.1 to 0.75): 0.5 sends two per TTL, so one can be lost or late.
     #[arg(long, env = "VXDS_XDS_HEARTBEAT_FRACTION", default_value_t = vxds_xds::DEFAULT_HEARTBEAT_FRACTION, value_parser = parse_heartbeat_fraction)]
     pub xds_heartbeat_fraction: f64,
+    /// Responses one xDS stream may leave unanswered before it is ended with
+    /// RESOURCE_EXHAUSTED (what they carried is kept until they are answered).
+    #[arg(long, env = "VXDS_XDS_MAX_UNANSWERED", default_value_t = vxds_xds::DEFAULT_MAX_UNANSWERED)]
+    pub xds_max_unanswered: usize,
     /// Serve CSDS on the xDS port (what each client holds; secret bodies are never returned).
     #[arg(long, env = "VXDS_XDS_CSDS", default_value_t = true, action = clap::ArgAction::Set)]
     pub xds_csds: bool,
@@ -311,6 +315,7 @@ pub async fn run(args: ServeArgs) -> anyhow::Result<ExitCode> {
             max_subscriptions: args.xds_max_subscriptions,
             heartbeat_fraction: args.xds_heartbeat_fraction,
             secrets: secret_access(&args.tls, template.as_ref()),
+            max_unanswered: args.xds_max_unanswered,
             ..Default::default()
         },
         max_request_bytes: args.xds_max_request_bytes,

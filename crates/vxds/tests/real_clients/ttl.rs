@@ -1,5 +1,6 @@
-//! Resource TTL with a real Envoy 1.40: an RTDS layer with `ttl: 2s` stays while vxds sends
-//! heartbeats, and falls back (Envoy drops the layer) within the TTL once vxds is killed.
+//! Resource TTL with a real Envoy 1.40: an RTDS layer and a cluster with `ttl: 2s` stay while
+//! vxds is up — through a refused unrelated update, a vxds restart and (Delta) a glob
+//! subscription — and go (Envoy drops them) within the TTL once vxds is killed.
 
 use super::*;
 
@@ -45,10 +46,98 @@ async fn wait_for_flag(client: &reqwest::Client, admin_port: u16, value: &str, w
     panic!("vxds.flag never became {value:?} within {within:?}; last: {last:?}");
 }
 
-async fn an_rtds_layer_lives_by_heartbeats_and_expires_without_them(ads: Ads) {
+// ---- issue 20: TTLs survive refusals, restarts and globs -----------------------------------
+
+const CLUSTER: &str = "type.googleapis.com/envoy.config.cluster.v3.Cluster";
+const GLOB_MEMBER: &str = "xdstp://vxds/envoy.config.cluster.v3.Cluster/ttl/g";
+const GLOB: &str = "xdstp://vxds/envoy.config.cluster.v3.Cluster/ttl/*";
+
+fn static_cluster(name: &str, ttl: Option<&str>) -> Value {
+    let mut variant = json!({"resource": {"@type": CLUSTER, "name": name, "type": "STATIC",
+        "connect_timeout": "1s",
+        "load_assignment": {"cluster_name": name, "endpoints": [{"lb_endpoints": [{"endpoint": {
+            "address": {"socket_address": {"address": "127.0.0.1", "port_value": 9}}}}]}]}}});
+    if let Some(ttl) = ttl {
+        variant["ttl"] = json!(ttl);
+    }
+    json!({"op": "put", "type": "cluster", "name": name, "variants": [variant]})
+}
+
+/// The names of the clusters Envoy has (its admin `/clusters`); empty while it does not answer.
+async fn envoy_clusters(client: &reqwest::Client, admin_port: u16) -> Vec<String> {
+    let Ok(response) = client
+        .get(format!("http://127.0.0.1:{admin_port}/clusters"))
+        .send()
+        .await
+    else {
+        return vec![];
+    };
+    let text = response.text().await.unwrap_or_default();
+    let mut names: Vec<String> = text
+        .lines()
+        .filter_map(|l| l.split("::").next())
+        .map(str::to_owned)
+        .collect();
+    names.dedup();
+    names
+}
+
+/// An Envoy stat (admin `/stats`), 0 when absent.
+async fn envoy_stat(client: &reqwest::Client, admin_port: u16, name: &str) -> u64 {
+    let Ok(response) = client
+        .get(format!(
+            "http://127.0.0.1:{admin_port}/stats?filter=^{name}$"
+        ))
+        .send()
+        .await
+    else {
+        return 0;
+    };
+    let text = response.text().await.unwrap_or_default();
+    text.lines()
+        .find_map(|l| l.strip_prefix(&format!("{name}: ")))
+        .and_then(|v| v.trim().parse().ok())
+        .unwrap_or(0)
+}
+
+async fn wait_until<F, Fut>(what: &str, within: Duration, mut check: F)
+where
+    F: FnMut() -> Fut,
+    Fut: std::future::Future<Output = bool>,
+{
+    let deadline = Instant::now() + within;
+    while Instant::now() < deadline {
+        if check().await {
+            return;
+        }
+        tokio::time::sleep(Duration::from_millis(100)).await;
+    }
+    panic!("{what} did not happen within {within:?}");
+}
+
+/// A Delta Envoy that takes its clusters through the glob `GLOB` (and nothing else).
+fn start_glob_envoy(dir: &Path, xds_port: u16) -> (Process, u16) {
+    let mut bootstrap = envoy_bootstrap("envoy-glob", Ads::Delta, xds_port, json!({}), "none");
+    let dynamic = bootstrap["dynamic_resources"].as_object_mut().unwrap();
+    dynamic.remove("lds_config");
+    dynamic.insert("cds_resources_locator".into(), json!(GLOB));
+    let admin_port = bootstrap["admin"]["address"]["socket_address"]["port_value"]
+        .as_u64()
+        .unwrap() as u16;
+    (spawn_envoy(dir, "envoy-glob", &bootstrap), admin_port)
+}
+
+/// Issue 20: an RTDS layer and a cluster with a 2 s TTL stay in Envoy for 20 s while vxds is
+/// up — through a refused unrelated update (which holds back no unrelated deletion), through
+/// a vxds restart, and (Delta) when subscribed through a glob — and are gone within the TTL
+/// once vxds is killed.
+async fn ttl_resources_live_through_refusals_and_restarts(ads: Ads) {
     let _ = rustls::crypto::ring::default_provider().install_default();
     let dir = tempfile::tempdir().unwrap();
-    let (mut vxds, admin, xds_port) = start_vxds(dir.path(), &[]);
+    // Heartbeats at a quarter of the TTL: a restart (process start, Envoy's reconnect backoff)
+    // fits in what is left of the TTL after the last one.
+    let args = ["--xds-heartbeat-fraction", "0.25"];
+    let (vxds, admin, xds_port) = start_vxds(dir.path(), &args);
     let client = reqwest::Client::new();
     apply(
         &client,
@@ -58,34 +147,109 @@ async fn an_rtds_layer_lives_by_heartbeats_and_expires_without_them(ads: Ads) {
                 "ttl": "2s",
                 "resource": {"@type": RUNTIME, "name": "flags", "layer": {"vxds.flag": "dynamic"}},
             }]}),
+            static_cluster("ttl-c", Some("2s")),
+            static_cluster("doomed", None),
+            static_cluster(GLOB_MEMBER, Some("2s")),
         ],
     )
     .await;
-    let (_envoy, envoy_admin) = start_runtime_envoy(dir.path(), "envoy-rtds", ads, xds_port);
+    let (_envoy, envoy_admin) = start_runtime_envoy(dir.path(), "envoy-ttl", ads, xds_port);
+    let glob = matches!(ads, Ads::Delta).then(|| start_glob_envoy(dir.path(), xds_port));
     wait_for_flag(&client, envoy_admin, "dynamic", WAIT).await;
+    wait_until("ttl-c and doomed in Envoy", WAIT, || async {
+        let clusters = envoy_clusters(&client, envoy_admin).await;
+        clusters.iter().any(|c| c == "ttl-c") && clusters.iter().any(|c| c == "doomed")
+    })
+    .await;
+    if let Some((_, glob_admin)) = &glob {
+        wait_until("the glob member in Envoy", WAIT, || async {
+            envoy_clusters(&client, *glob_admin)
+                .await
+                .iter()
+                .any(|c| c == GLOB_MEMBER)
+        })
+        .await;
+    }
 
-    // Three TTLs long, the value holds: heartbeats (every TTL/2) keep it alive.
-    let until = Instant::now() + 3 * TTL;
-    while Instant::now() < until {
+    // A listener Envoy refuses (a malformed address), for good.
+    apply(
+        &client,
+        &admin,
+        vec![json!({"op": "put", "type": "listener", "name": "refused", "variants": [{"resource": {
+            "@type": LISTENER, "name": "refused",
+            "address": {"socket_address": {"address": "not-an-ip", "port_value": 1}},
+            "filter_chains": [{"filters": [{"name": "tcp", "typed_config": {
+                "@type": "type.googleapis.com/envoy.extensions.filters.network.tcp_proxy.v3.TcpProxy",
+                "stat_prefix": "t", "cluster": "ttl-c"}}]}]}}]})],
+    )
+    .await;
+    wait_until("Envoy refusing the listener", WAIT, || async {
+        envoy_stat(&client, envoy_admin, "listener_manager.lds.update_rejected").await > 0
+    })
+    .await;
+    // The refusal holds back no deletion nothing accepted needs.
+    apply(
+        &client,
+        &admin,
+        vec![json!({"op": "delete", "type": "cluster", "name": "doomed"})],
+    )
+    .await;
+    wait_until(
+        "doomed removed despite the refusal",
+        Duration::from_secs(5),
+        || async {
+            let clusters = envoy_clusters(&client, envoy_admin).await;
+            !clusters.is_empty() && !clusters.iter().any(|c| c == "doomed")
+        },
+    )
+    .await;
+
+    // 20 s, with a restart of vxds in the middle: the layer and the cluster never lapse.
+    let mut vxds = Some(vxds);
+    let start = Instant::now();
+    let mut restarted = false;
+    while start.elapsed() < Duration::from_secs(20) {
+        if !restarted && start.elapsed() > Duration::from_secs(8) {
+            let mut old = vxds.take().unwrap();
+            old.child.kill().unwrap();
+            old.child.wait().unwrap();
+            let binary = Path::new(env!("CARGO_BIN_EXE_vxds"));
+            vxds = Some(
+                ServeProcess::start_at(binary, dir.path(), &format!("127.0.0.1:{xds_port}"), &args)
+                    .unwrap(),
+            );
+            restarted = true;
+        }
         assert_eq!(
             runtime_flag(&client, envoy_admin).await.as_deref(),
             Some("dynamic"),
-            "the TTL'd layer lapsed while vxds was serving"
+            "the TTL'd layer lapsed while vxds was up ({:?} in)",
+            start.elapsed()
         );
-        tokio::time::sleep(Duration::from_millis(200)).await;
+        let clusters = envoy_clusters(&client, envoy_admin).await;
+        assert!(
+            clusters.iter().any(|c| c == "ttl-c"),
+            "the TTL'd cluster lapsed while vxds was up ({:?} in): {clusters:?}",
+            start.elapsed()
+        );
+        if let Some((_, glob_admin)) = &glob {
+            let clusters = envoy_clusters(&client, *glob_admin).await;
+            assert!(clusters.iter().any(|c| c == GLOB_MEMBER), "{clusters:?}");
+        }
+        tokio::time::sleep(Duration::from_millis(250)).await;
     }
-    let heartbeats = metrics_text(&client, &admin).await;
-    assert!(
-        sample_sum(&heartbeats, "vxds_xds_heartbeats_total") >= 4.0,
-        "{heartbeats}"
-    );
+    if let Some((_, glob_admin)) = &glob {
+        // No heartbeat Envoy cannot take: the glob subscriber refused nothing.
+        assert_eq!(
+            envoy_stat(&client, *glob_admin, "cluster_manager.cds.update_rejected").await,
+            0
+        );
+    }
 
-    // vxds dies without a goodbye: Envoy drops the layer when its TTL runs out.
-    vxds.child.kill().unwrap();
-    vxds.child.wait().unwrap();
-    let killed = Instant::now();
-    // The last heartbeat came before the kill, so the layer lapses within the TTL of it (the
-    // slack is the polling and Envoy's TTL timer granularity).
+    // vxds dies without a goodbye: the layer and the cluster go within the TTL.
+    let mut last = vxds.take().unwrap();
+    last.child.kill().unwrap();
+    last.child.wait().unwrap();
     wait_for_flag(
         &client,
         envoy_admin,
@@ -93,15 +257,23 @@ async fn an_rtds_layer_lives_by_heartbeats_and_expires_without_them(ads: Ads) {
         TTL + Duration::from_millis(500),
     )
     .await;
-    eprintln!("fell back {:?} after the kill", killed.elapsed());
+    wait_until(
+        "the TTL'd cluster gone after the kill",
+        TTL + Duration::from_millis(500),
+        || async {
+            let clusters = envoy_clusters(&client, envoy_admin).await;
+            !clusters.is_empty() && !clusters.iter().any(|c| c == "ttl-c")
+        },
+    )
+    .await;
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-async fn delta_envoy_drops_a_ttl_runtime_layer_when_vxds_stops() {
-    an_rtds_layer_lives_by_heartbeats_and_expires_without_them(Ads::Delta).await;
+async fn delta_ttl_resources_live_through_refusals_restarts_and_globs() {
+    ttl_resources_live_through_refusals_and_restarts(Ads::Delta).await;
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-async fn sotw_envoy_drops_a_ttl_runtime_layer_when_vxds_stops() {
-    an_rtds_layer_lives_by_heartbeats_and_expires_without_them(Ads::Sotw).await;
+async fn sotw_ttl_resources_live_through_refusals_and_restarts() {
+    ttl_resources_live_through_refusals_and_restarts(Ads::Sotw).await;
 }

@@ -1,6 +1,7 @@
 //! When a removal may go (A74): once every response sent up to the moment it became due is
-//! accepted — not while one is unanswered or refused, and never held up by what is sent later
-//! or by a type the client stopped watching.
+//! answered — not while one is unanswered, nor while one is refused if the client's accepted
+//! configuration still names it — and never held up by what is sent later or by a type the
+//! client stopped watching.
 
 use super::*;
 
@@ -152,30 +153,81 @@ fn a_removal_waits_for_updates_sent_before_it_became_due() {
     assert_eq!(removal.removed_resources, ["old"]);
 }
 
+fn route_to(name: &str, cluster: &str) -> Value {
+    json!({"@type": ROUTE, "name": name, "virtual_hosts": [{"name": "v", "domains": ["*"],
+           "routes": [{"match": {"prefix": "/"}, "route": {"cluster": cluster}}]}]})
+}
+
+/// Issue 20, finding 5: a refused update on one type never holds back a removal that nothing
+/// the client accepted names.
 #[test]
-fn a_refused_update_holds_back_its_removals_until_a_later_one_is_accepted() {
+fn a_refused_update_never_holds_back_a_removal_nothing_accepted_needs() {
     let mut world = World::new();
     let mut m = delta_client(&mut world);
+    world.apply(json!([put("route", "r", &[("*", route_to("r", "keep"))])]));
+    m.on_delta_request(delta_request(ROUTE, &["r"], &[], ""))
+        .unwrap();
+    let r = delta(&m.poll(&world.snapshot)[0]);
+    ack_delta(&mut m, &r);
+    // A route update is refused, for good (an extension missing from the client's build).
+    let changed = world.apply(json!([put("route", "r", &[("*", route_to("r", "keep2"))])]));
+    m.on_changes(&changed);
+    let refused = delta(&m.poll(&world.snapshot)[0]);
+    nack_delta(&mut m, &refused);
+    // `old` is deleted: no accepted route names it, so it goes at once.
+    let changed = world.apply(json!([delete("cluster", "old")]));
+    m.on_changes(&changed);
+    let removal = delta(&m.poll(&world.snapshot)[0]);
+    assert_eq!(removal.removed_resources, ["old"]);
+    ack_delta(&mut m, &removal);
+    // `keep` is named by the accepted route: deleted, it stays while the refusal stands.
+    let changed = world.apply(json!([delete("cluster", "keep")]));
+    m.on_changes(&changed);
+    assert!(
+        m.poll(&world.snapshot).is_empty(),
+        "the accepted route needs it"
+    );
+    // The route is fixed and accepted, naming something else: now `keep` may go.
+    let changed = world.apply(json!([put("route", "r", &[("*", route_to("r", "other"))])]));
+    m.on_changes(&changed);
+    let fixed = delta(&m.poll(&world.snapshot)[0]);
+    ack_delta(&mut m, &fixed);
+    let removal = delta(&m.poll(&world.snapshot)[0]);
+    assert_eq!(removal.removed_resources, ["keep"]);
+}
+
+#[test]
+fn a_removal_the_accepted_configuration_needs_waits_for_a_later_acceptance() {
+    let mut world = World::new();
+    let mut m = delta_client(&mut world);
+    world.apply(json!([put("route", "r", &[("*", route_to("r", "old"))])]));
+    m.on_delta_request(delta_request(ROUTE, &["r"], &[], ""))
+        .unwrap();
+    let r = delta(&m.poll(&world.snapshot)[0]);
+    ack_delta(&mut m, &r);
+    // One revision moves the route away from `old` and deletes it; the route is refused.
     let changed = world.apply(json!([
-        put("cluster", "new", &[("*", cluster("new"))]),
+        put("route", "r", &[("*", route_to("r", "keep"))]),
         delete("cluster", "old"),
     ]));
     m.on_changes(&changed);
-    let make = delta(&m.poll(&world.snapshot)[0]);
-    // The client refuses the update that moved things away from `old`: `old` stays.
-    nack_delta(&mut m, &make);
-    assert!(m.poll(&world.snapshot).is_empty());
+    let make = m.poll(&world.snapshot);
+    assert_eq!(make.len(), 1);
+    nack_delta(&mut m, &delta(&make[0]));
+    assert!(
+        m.poll(&world.snapshot).is_empty(),
+        "the accepted route names old"
+    );
     let changed = world.apply(json!([put("endpoint", "e", &[("*", endpoint("e", "2"))])]));
     m.on_changes(&changed);
     let other = m.poll(&world.snapshot);
     assert_eq!(other.len(), 1, "other updates still go: {other:?}");
     ack_delta(&mut m, &delta(&other[0]));
     assert!(m.poll(&world.snapshot).is_empty(), "still held back");
-    // A later cluster update, accepted: now `old` may go.
-    let changed = world.apply(json!([put("cluster", "newer", &[("*", cluster("newer"))])]));
+    // A later route update, accepted: now `old` may go.
+    let changed = world.apply(json!([put("route", "r", &[("*", route_to("r", "newer"))])]));
     m.on_changes(&changed);
     let fixed = delta(&m.poll(&world.snapshot)[0]);
-    assert_eq!(fixed.resources[0].name, "newer");
     ack_delta(&mut m, &fixed);
     let removal = delta(&m.poll(&world.snapshot)[0]);
     assert_eq!(removal.removed_resources, ["old"]);

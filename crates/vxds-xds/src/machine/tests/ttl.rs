@@ -1,5 +1,6 @@
-//! TTL'd variants: wrapped in `Resource` with `ttl`, kept alive by heartbeats that carry no
-//! body in Delta and the unchanged state in SotW, and never sent to a stream holding none.
+//! TTL'd variants: wrapped in `Resource` with `ttl`, kept alive by heartbeats of what the
+//! client accepted (bodiless in Delta, with bodies in SotW), each at its own pace, and never
+//! sent to a stream holding none.
 
 use std::time::Duration;
 
@@ -48,7 +49,7 @@ fn delta_ttl_and_heartbeats_follow_each_subscribers_variant() {
         assert_eq!(ttl_of(web), Some(Duration::from_secs(ttl)));
         assert_eq!(m.shortest_ttl(), Some(Duration::from_secs(ttl)));
         // The heartbeat: name, the variant's version, the TTL, no body.
-        let beats = m.heartbeat(world.snapshot.revision);
+        let beats = m.heartbeat(world.snapshot.revision, std::time::Instant::now());
         assert_eq!(beats.len(), 1);
         let beat = delta(&beats[0]);
         assert_eq!(beat.resources.len(), 1);
@@ -74,7 +75,10 @@ fn no_heartbeat_for_a_stream_without_ttl() {
     let (mut m, r) = delta_subscriber(&world, "prod", &["plain"]);
     assert_eq!(r.resources[0].ttl, None);
     assert_eq!(m.shortest_ttl(), None);
-    assert!(m.heartbeat(world.snapshot.revision).is_empty());
+    assert!(
+        m.heartbeat(world.snapshot.revision, std::time::Instant::now())
+            .is_empty()
+    );
     // A TTL'd resource that goes away takes its heartbeats with it.
     let (mut m, _) = delta_subscriber(&world, "prod", &["web"]);
     let changed = world.apply(json!([put(
@@ -88,7 +92,10 @@ fn no_heartbeat_for_a_stream_without_ttl() {
     m.on_delta_request(delta_request(ROUTE, &[], &[], &r.nonce))
         .unwrap();
     assert_eq!(m.shortest_ttl(), None);
-    assert!(m.heartbeat(world.snapshot.revision).is_empty());
+    assert!(
+        m.heartbeat(world.snapshot.revision, std::time::Instant::now())
+            .is_empty()
+    );
 }
 
 #[test]
@@ -121,13 +128,21 @@ fn sotw_ttl_is_wrapped_and_heartbeats_resend_the_state_unchanged() {
         ))
         .unwrap();
         assert_eq!(m.shortest_ttl(), Some(Duration::from_secs(ttl)));
-        // The heartbeat: the same state at the same version, so nothing is taken as removed.
-        let beats = m.heartbeat(world.snapshot.revision);
+        // The heartbeat: RDS responses need not be complete, so only the TTL'd resource, with
+        // its body (Envoy's legacy mux renews no TTL from a bodiless one), at the accepted
+        // version.
+        let beats = m.heartbeat(world.snapshot.revision, std::time::Instant::now());
         assert_eq!(beats.len(), 1);
         let beat = sotw(&beats[0]);
         assert_eq!(beat.version_info, r.version_info);
         assert_ne!(beat.nonce, r.nonce);
-        assert_eq!(beat.resources, r.resources);
+        assert_eq!(sotw_names(&beat), ["web"]);
+        let web = r
+            .resources
+            .iter()
+            .find(|any| any.type_url == crate::types::RESOURCE_WRAPPER)
+            .unwrap();
+        assert_eq!(&beat.resources[0], web);
         m.on_sotw_request(sotw_request(
             ROUTE,
             &["web", "plain"],
@@ -145,5 +160,243 @@ fn sotw_ttl_is_wrapped_and_heartbeats_resend_the_state_unchanged() {
     m.on_sotw_request(sotw_request(ROUTE, &["plain"], &r.nonce, &r.version_info))
         .unwrap();
     assert_eq!(m.shortest_ttl(), None);
-    assert!(m.heartbeat(world.snapshot.revision).is_empty());
+    assert!(
+        m.heartbeat(world.snapshot.revision, std::time::Instant::now())
+            .is_empty()
+    );
+}
+
+fn now() -> std::time::Instant {
+    std::time::Instant::now()
+}
+
+fn nack_delta(type_url: &str, nonce: &str) -> DeltaDiscoveryRequest {
+    let mut request = delta_request(type_url, &[], &[], nonce);
+    request.error_detail = Some(RpcStatus {
+        code: 3,
+        message: "refused".into(),
+        details: vec![],
+    });
+    request
+}
+
+/// Issue 20, finding 1: Envoy takes a bodiless resource as a heartbeat only for names it
+/// subscribed to by name (or under the wildcard); a glob member gets none.
+#[test]
+fn delta_glob_members_get_no_heartbeats_named_and_wildcard_ones_do() {
+    let mut world = World::new();
+    let name = "xdstp://auth/envoy.config.cluster.v3.Cluster/edge/a";
+    world.apply(json!([
+        {"type": "cluster", "name": name, "variants": [{"resource": cluster(name), "ttl": "2s"}]},
+    ]));
+    for (subscribe, beats) in [
+        (
+            vec!["xdstp://auth/envoy.config.cluster.v3.Cluster/edge/*"],
+            0,
+        ),
+        (vec![name], 1),
+        (vec!["*"], 1),
+    ] {
+        let mut m = delta_machine();
+        m.on_delta_request(delta_request(CLUSTER, &subscribe, &[], ""))
+            .unwrap();
+        let r = delta(&m.poll(&world.snapshot)[0]);
+        assert_eq!(r.resources[0].name, name);
+        m.on_delta_request(delta_request(CLUSTER, &[], &[], &r.nonce))
+            .unwrap();
+        let sent = m.heartbeat(world.snapshot.revision, now());
+        assert_eq!(sent.len(), beats, "{subscribe:?}");
+        assert_eq!(m.shortest_ttl().is_some(), beats == 1, "{subscribe:?}");
+    }
+}
+
+/// Issue 20, finding 2: what a reconnecting client reports at the server's version is held
+/// and heartbeated, though nothing is sent again.
+#[test]
+fn delta_reported_versions_are_heartbeated_after_a_reconnect() {
+    let mut world = World::new();
+    ttl_routes(&mut world);
+    let (_, first) = delta_subscriber(&world, "prod", &["web"]);
+    let mut again = delta_machine();
+    let mut request = delta_request(ROUTE, &["web"], &[], "");
+    request.node = Some(node_with(ROUTE, &[("env", "prod")]));
+    request.initial_resource_versions =
+        [("web".to_owned(), first.resources[0].version.clone())].into();
+    again.on_delta_request(request).unwrap();
+    assert!(again.poll(&world.snapshot).is_empty());
+    assert_eq!(again.shortest_ttl(), Some(Duration::from_secs(2)));
+    let beat = delta(&again.heartbeat(world.snapshot.revision, now())[0]);
+    assert_eq!(beat.resources[0].version, first.resources[0].version);
+    assert!(beat.resources[0].resource.is_none());
+}
+
+/// Issue 20, finding 3 (Delta): a refused update leaves the client at the version it
+/// accepted, and the heartbeats carry that one.
+#[test]
+fn delta_heartbeats_carry_the_accepted_version_after_a_nack() {
+    let mut world = World::new();
+    ttl_routes(&mut world);
+    let (mut m, first) = delta_subscriber(&world, "prod", &["web"]);
+    let changed = world.apply(json!([
+        {"type": "route", "name": "web", "variants": [
+            {"constraints": r#"env = "prod""#, "resource": route("web", "refused"), "ttl": "2s"},
+        ]},
+    ]));
+    m.on_changes(&changed);
+    let update = delta(&m.poll(&world.snapshot)[0]);
+    assert_ne!(update.resources[0].version, first.resources[0].version);
+    // While the update is unanswered, no heartbeat overtakes it.
+    assert!(m.heartbeat(world.snapshot.revision, now()).is_empty());
+    m.on_delta_request(nack_delta(ROUTE, &update.nonce))
+        .unwrap();
+    for _ in 0..3 {
+        let beat = delta(&m.heartbeat(world.snapshot.revision, now())[0]);
+        assert_eq!(beat.resources[0].version, first.resources[0].version);
+        m.on_delta_request(delta_request(ROUTE, &[], &[], &beat.nonce))
+            .unwrap();
+    }
+}
+
+/// Issue 20, finding 3 (SotW): after a refused state, the accepted one keeps being renewed.
+#[test]
+fn sotw_heartbeats_go_on_with_the_accepted_state_after_a_nack() {
+    let mut world = World::new();
+    ttl_routes(&mut world);
+    let mut m = sotw_machine();
+    let mut request = sotw_request(ROUTE, &["web"], "", "");
+    request.node = Some(node_with(ROUTE, &[("env", "prod")]));
+    m.on_sotw_request(request).unwrap();
+    let first = sotw(&m.poll(&world.snapshot)[0]);
+    m.on_sotw_request(sotw_request(
+        ROUTE,
+        &["web"],
+        &first.nonce,
+        &first.version_info,
+    ))
+    .unwrap();
+    let changed = world.apply(json!([
+        {"type": "route", "name": "web", "variants": [
+            {"constraints": r#"env = "prod""#, "resource": route("web", "refused"), "ttl": "2s"},
+        ]},
+    ]));
+    m.on_changes(&changed);
+    let refused = sotw(&m.poll(&world.snapshot)[0]);
+    let mut nack = sotw_request(ROUTE, &["web"], &refused.nonce, &first.version_info);
+    nack.error_detail = Some(RpcStatus {
+        code: 3,
+        message: "refused".into(),
+        details: vec![],
+    });
+    m.on_sotw_request(nack).unwrap();
+    let beat = sotw(&m.heartbeat(world.snapshot.revision, now())[0]);
+    assert_eq!(beat.version_info, first.version_info);
+    assert_eq!(beat.resources, first.resources);
+}
+
+/// Issue 20, finding 4: SotW heartbeats of a type whose responses need not be complete carry
+/// only the TTL'd resources; each resource is renewed at its own TTL's pace.
+#[test]
+fn heartbeats_renew_each_resource_at_its_own_pace() {
+    let mut world = World::new();
+    world.apply(json!([
+        {"type": "route", "name": "fast", "variants": [{"resource": route("fast", "f"), "ttl": "2s"}]},
+        {"type": "route", "name": "slow", "variants": [{"resource": route("slow", "s"), "ttl": "20s"}]},
+        put("route", "plain", &[("*", route("plain", "plain"))]),
+    ]));
+    let mut m = delta_machine();
+    m.on_delta_request(delta_request(ROUTE, &["fast", "slow", "plain"], &[], ""))
+        .unwrap();
+    let r = delta(&m.poll(&world.snapshot)[0]);
+    m.on_delta_request(delta_request(ROUTE, &[], &[], &r.nonce))
+        .unwrap();
+    let start = now();
+    let names = |m: &mut StreamMachine, at: Duration| -> Vec<String> {
+        let beats = m.heartbeat(1, start + at);
+        let Some(beat) = beats.first() else {
+            return vec![];
+        };
+        let beat = delta(beat);
+        m.on_delta_request(delta_request(ROUTE, &[], &[], &beat.nonce))
+            .unwrap();
+        beat.resources.into_iter().map(|r| r.name).collect()
+    };
+    // Woken every second (half the shortest TTL): `fast` each time, `slow` every ~9 s (its
+    // TTL restarted when it was accepted, so not at once).
+    assert_eq!(names(&mut m, Duration::ZERO), ["fast"]);
+    let mut slow = 0;
+    for second in 1..=18 {
+        let sent = names(&mut m, Duration::from_secs(second));
+        assert!(sent.contains(&"fast".to_owned()), "{second}: {sent:?}");
+        slow += sent.iter().filter(|n| *n == "slow").count();
+    }
+    assert_eq!(slow, 2);
+
+    // SotW: RDS heartbeats carry the due TTL'd routes only.
+    let mut m = sotw_machine();
+    m.on_sotw_request(sotw_request(ROUTE, &["fast", "slow", "plain"], "", ""))
+        .unwrap();
+    let r = sotw(&m.poll(&world.snapshot)[0]);
+    m.on_sotw_request(sotw_request(
+        ROUTE,
+        &["fast", "slow", "plain"],
+        &r.nonce,
+        &r.version_info,
+    ))
+    .unwrap();
+    let beat = sotw(&m.heartbeat(1, start)[0]);
+    assert_eq!(sotw_names(&beat), ["fast"]);
+    m.on_sotw_request(sotw_request(
+        ROUTE,
+        &["fast", "slow", "plain"],
+        &beat.nonce,
+        &beat.version_info,
+    ))
+    .unwrap();
+    let beat = sotw(&m.heartbeat(1, start + Duration::from_secs(9))[0]);
+    assert_eq!(sotw_names(&beat), ["fast", "slow"]);
+}
+
+/// Issue 20, findings 5 and 8: a client that never answers gets no heartbeats past a small
+/// backlog, keeps nothing per heartbeat, and is ended past the limit.
+#[test]
+fn a_client_that_never_answers_is_bounded_then_ended() {
+    let mut world = World::new();
+    ttl_routes(&mut world);
+    let config = MachineConfig {
+        max_unanswered: 10,
+        ..Default::default()
+    };
+    let mut m = StreamMachine::new(1, Protocol::Delta, &ADS, Arc::new(config));
+    let mut request = delta_request(ROUTE, &["web"], &[], "");
+    request.node = Some(node_with(ROUTE, &[("env", "prod")]));
+    m.on_delta_request(request).unwrap();
+    let r = delta(&m.poll(&world.snapshot)[0]);
+    m.on_delta_request(delta_request(ROUTE, &[], &[], &r.nonce))
+        .unwrap();
+    let start = now();
+    let mut beats = 0;
+    for second in 0..100 {
+        beats += m.heartbeat(1, start + Duration::from_secs(second)).len();
+    }
+    assert_eq!(beats, type_state::heartbeat::HEARTBEAT_BACKLOG);
+    assert!(m.check_backlog().is_ok());
+    // Updates still go out; past the limit the stream is ended.
+    for i in 0..10 {
+        let changed = world.apply(json!([put(
+            "route",
+            "other",
+            &[("*", route("other", &i.to_string()))]
+        )]));
+        m.on_changes(&changed);
+        m.on_delta_request(delta_request(ROUTE, &["other"], &[], ""))
+            .unwrap();
+        m.poll(&world.snapshot);
+    }
+    let status = m.check_backlog().unwrap_err();
+    assert_eq!(status.code(), tonic::Code::ResourceExhausted);
+    assert!(
+        status.message().contains("limit is 10"),
+        "{}",
+        status.message()
+    );
 }

@@ -1,67 +1,150 @@
-//! Heartbeats: what renews the TTL of the TTL'd resources a client holds, without a body
-//! where Envoy allows it, and without touching the snapshot.
+//! Heartbeats: what renews the TTLs of what a client *accepted*, at the accepted versions,
+//! without touching the snapshot. Each resource is renewed at its own TTL's pace.
 //!
-//! Delta: one `Resource { name, version, ttl }` per TTL'd resource held, no body; Envoy's
-//! `DeltaSubscriptionState::isHeartbeatResource` takes a bodiless resource at the version it
-//! holds as a TTL renewal only.
+//! Delta: `Resource { name, version, ttl }` without a body, only for what Envoy takes as a
+//! heartbeat (`DeltaSubscriptionState::isHeartbeatResource`): a bodiless resource at the version
+//! it holds of a name it subscribed to by name, or under the wildcard. A member of a glob
+//! collection is neither: Envoy would check the missing body's type URL and refuse the whole
+//! response, and it never registers a TTL for such a member anyway, so it gets no heartbeat.
+//! VHDS gets none (Envoy does not support heartbeats there).
 //!
-//! SotW: the type's whole state as last sent, at the same `version_info`, TTL'd resources
-//! with their bodies. Envoy's SotW muxes (`GrpcMuxImpl`, `SotwSubscriptionState`) hand only
-//! non-heartbeat resources on as the new state of the world, so a bodiless heartbeat would
-//! remove a wildcard (LDS, CDS) resource, and the legacy mux does not renew the TTL of one
-//! either. A resend renews every TTL, removes nothing, and costs no encoding: the bodies are
-//! the index's shared bytes.
+//! SotW: bodies, at the accepted `version_info`. Envoy's legacy mux (`GrpcMuxImpl`) leaves a
+//! bodiless resource out of the update *and* out of its TTL renewal, so only a resource with
+//! its body renews a TTL with both muxes. LDS and CDS responses are the whole state (a missing
+//! listener or cluster is removed), so their heartbeat is the whole accepted state; for every
+//! other type a response need not be complete, and the heartbeat carries the due TTL'd
+//! resources only. A heartbeat never overtakes an unanswered response of its type.
 
-use std::time::Duration;
+use std::time::{Duration, Instant};
 
 use super::respond::sotw_entry;
 use super::*;
+use crate::types::{CLUSTER, LISTENER, VIRTUAL_HOST};
 use crate::wire::{DeltaResponse, SotwResponse};
 
+/// A type with this many responses unanswered gets no heartbeats: the client is behind (or
+/// gone), and heartbeats would only queue behind the rest.
+pub const HEARTBEAT_BACKLOG: usize = 4;
+
+/// When a heartbeat round runs, and how it paces each resource.
+#[derive(Clone, Copy, Debug)]
+pub struct Beat {
+    pub now: Instant,
+    /// How often the stream is woken: a resource is renewed now if waiting one more period
+    /// would take it past its own renewal point.
+    pub period: Duration,
+    /// Renewal at this fraction of each resource's TTL.
+    pub fraction: f64,
+}
+
 impl TypeState {
-    /// The shortest TTL among what the client holds of this type; `None` when it holds
-    /// nothing with a TTL (no heartbeats).
-    pub fn shortest_ttl(&self) -> Option<Duration> {
-        self.sent
-            .values()
-            .filter_map(|sent| match sent {
-                Sent::Delivered(item) => item.ttl(),
-                Sent::Reported(_) => None,
-            })
+    /// Whether the client renews `key`'s TTL from a bodiless Delta heartbeat.
+    fn delta_heartbeats(&self, key: &ItemKey) -> bool {
+        if self.type_url == VIRTUAL_HOST {
+            return false;
+        }
+        match key {
+            ItemKey::Name(name) => self.wildcard() || self.names.contains_key(name),
+            ItemKey::Variant(name, _) => self.locators.contains_key(name),
+        }
+    }
+
+    /// The shortest TTL among what heartbeats renew on this type; `None` when nothing.
+    pub fn shortest_ttl(&self, delta: bool) -> Option<Duration> {
+        self.accepted
+            .iter()
+            .filter(|(key, _)| !delta || self.delta_heartbeats(key))
+            .filter_map(|(_, item)| item.ttl())
             .min()
     }
 
-    /// Delta heartbeat: name, version and TTL of every TTL'd resource the client holds.
-    pub fn delta_heartbeat(&mut self, seq: u64, system_version: &str) -> Option<DeltaResponse> {
-        let mut response = DeltaResponse::default();
-        for (key, sent) in &self.sent {
-            if let Sent::Delivered(item) = sent
-                && item.ttl().is_some()
-            {
-                let mut heartbeat = item.wrapped(key.name());
-                heartbeat.body = None;
-                response.resources.push(heartbeat);
-            }
+    /// What was accepted with its body since the last round counts as renewed now.
+    fn settle_fresh(&mut self, beat: Beat) {
+        for key in std::mem::take(&mut self.fresh) {
+            self.renewed.insert(key, beat.now);
         }
-        self.finish_delta(response, seq, system_version)
     }
 
-    /// SotW heartbeat: the state last sent, again, when it holds a TTL'd resource. Not after
-    /// a refusal: the client would refuse the same state again.
-    pub fn sotw_heartbeat(&mut self, seq: u64, wrap_all: bool) -> Option<SotwResponse> {
-        self.shortest_ttl()?;
-        let version = self.last_version.clone()?;
-        if self.nacked_version.as_deref() == Some(version.as_str()) {
+    fn due(&self, key: &ItemKey, ttl: Duration, beat: Beat) -> bool {
+        self.renewed
+            .get(key)
+            .is_none_or(|last| beat.now + beat.period >= *last + ttl.mul_f64(beat.fraction))
+    }
+
+    /// Delta heartbeat: name, accepted version and TTL of each due TTL'd item.
+    pub fn delta_heartbeat(
+        &mut self,
+        seq: u64,
+        system_version: &str,
+        beat: Beat,
+    ) -> Option<DeltaResponse> {
+        self.settle_fresh(beat);
+        if self.unanswered >= HEARTBEAT_BACKLOG {
             return None;
         }
-        let resources: Vec<_> = self
-            .sent
+        let in_flight = self.in_flight();
+        let mut response = DeltaResponse::default();
+        let mut renewed = Vec::new();
+        for (key, item) in &self.accepted {
+            let Some(ttl) = item.ttl() else { continue };
+            if in_flight.contains(key) || !self.delta_heartbeats(key) || !self.due(key, ttl, beat) {
+                continue;
+            }
+            let mut heartbeat = item.wrapped(key.name());
+            heartbeat.body = None;
+            response.resources.push(heartbeat);
+            renewed.push(key.clone());
+        }
+        for key in renewed {
+            self.renewed.insert(key, beat.now);
+        }
+        self.finish_delta(
+            response,
+            seq,
+            system_version,
+            accepted::Carried::Changes(Vec::new()),
+        )
+    }
+
+    /// SotW heartbeat: the accepted state (LDS, CDS) or its due TTL'd resources (other types),
+    /// with bodies, at the accepted version.
+    pub fn sotw_heartbeat(&mut self, seq: u64, wrap_all: bool, beat: Beat) -> Option<SotwResponse> {
+        self.settle_fresh(beat);
+        if !self.outstanding.is_empty() || self.unanswered >= HEARTBEAT_BACKLOG {
+            return None;
+        }
+        let version = self.accepted_version.clone()?;
+        let due: Vec<ItemKey> = self
+            .accepted
             .iter()
-            .filter_map(|(key, sent)| match sent {
-                Sent::Delivered(item) => Some(sotw_entry(key, item, wrap_all)),
-                Sent::Reported(_) => None,
-            })
+            .filter(|(key, item)| item.ttl().is_some_and(|ttl| self.due(key, ttl, beat)))
+            .map(|(key, _)| key.clone())
             .collect();
+        if due.is_empty() {
+            return None;
+        }
+        let complete = self.type_url == LISTENER || self.type_url == CLUSTER;
+        let resources: Vec<_> = self
+            .accepted
+            .iter()
+            .filter(|(key, item)| {
+                if complete {
+                    return true;
+                }
+                item.ttl().is_some() && due.contains(key)
+            })
+            .map(|(key, item)| sotw_entry(key, item, wrap_all))
+            .collect();
+        // Every TTL'd resource sent is renewed, due or not.
+        let sent: Vec<ItemKey> = self
+            .accepted
+            .iter()
+            .filter(|(key, item)| item.ttl().is_some() && (complete || due.contains(key)))
+            .map(|(key, _)| key.clone())
+            .collect();
+        for key in sent {
+            self.renewed.insert(key, beat.now);
+        }
         let nonce = self.sotw_outstanding(seq, &version);
         Some(SotwResponse {
             version_info: version,

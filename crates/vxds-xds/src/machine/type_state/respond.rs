@@ -8,25 +8,27 @@ use std::sync::Arc;
 
 use vxds_envoy::resource::content_hash;
 
+use super::accepted::Carried;
 use super::*;
 use crate::wire::{DeltaResponse, Naming, RemovedName, SotwEntry, SotwResponse};
 
 impl TypeState {
     // ---- closing the gap -----------------------------------------------------------------
 
-    /// The sequence number of the earliest response of this type that is not settled: sent
-    /// and unanswered (a SotW response answers for those it superseded), or refused and not
-    /// yet followed by an accepted one. `u64::MAX` when everything is settled.
-    pub fn unsettled_from(&self) -> u64 {
-        let unanswered = self.outstanding.values().map(|o| o.since);
+    /// The sequence numbers of the earliest response of this type that is sent and unanswered
+    /// (a SotW response answers for those it superseded), and of the earliest refused and not
+    /// yet followed by an accepted one. `u64::MAX` when there is none.
+    pub fn unsettled_from(&self) -> (u64, u64) {
+        let unanswered = self.outstanding.values().map(|o| o.since).min();
         let refused = self.refused.map(|r| r.since);
-        unanswered.chain(refused).min().unwrap_or(u64::MAX)
+        (unanswered.unwrap_or(u64::MAX), refused.unwrap_or(u64::MAX))
     }
 
     /// SotW: the client answered a response that a later one superseded (its requests lag
     /// behind under churn; Envoy answers every response). An acceptance settles every response
     /// up to that one, so the latest outstanding response no longer stands for them.
     pub fn settle_superseded(&mut self, nonce: &str) {
+        self.unanswered = 0;
         let Ok(answered) = nonce.parse::<u64>() else {
             return;
         };
@@ -43,6 +45,8 @@ impl TypeState {
     pub fn release_if_unwatched(&mut self) {
         if self.seen_request && !self.wildcard() && self.subscription_count() == 0 {
             self.outstanding.clear();
+            self.unacked.clear();
+            self.unanswered = 0;
             self.refused = None;
             self.force_send = false;
         }
@@ -58,12 +62,15 @@ impl TypeState {
         }
     }
 
-    /// Whether the removal of `key` may go, given that every response before `settled_before`
-    /// is accepted.
-    fn removal_eligible(&self, key: &ItemKey, settled_before: u64) -> bool {
-        self.removal_stamps
-            .get(key)
-            .is_some_and(|stamp| *stamp < settled_before)
+    /// Whether the removal of `key` may go: every response up to its stamp is answered, and
+    /// none of them refused — or, if one was, nothing the client accepted names `key` (a
+    /// refused update never holds back a removal nothing the client holds needs).
+    fn removal_eligible(&self, key: &ItemKey, settled: &Settled) -> bool {
+        self.removal_stamps.get(key).is_some_and(|stamp| {
+            *stamp < settled.unanswered_before
+                && (*stamp < settled.refused_before
+                    || !settled.references(&self.type_url, key.name()))
+        })
     }
 
     /// Additions or updates the client does not have yet.
@@ -82,9 +89,9 @@ impl TypeState {
             .filter(|k| self.sent.contains_key(*k) && !self.desired.contains_key(*k))
     }
 
-    fn eligible_removals(&self, settled_before: u64) -> impl Iterator<Item = &ItemKey> {
+    fn eligible_removals<'s>(&'s self, settled: &'s Settled) -> impl Iterator<Item = &'s ItemKey> {
         self.pending_removals()
-            .filter(move |k| self.removal_eligible(k, settled_before))
+            .filter(move |k| self.removal_eligible(k, settled))
     }
 
     /// A client answered the response `nonce`. `None` when the nonce is not one in flight.
@@ -94,10 +101,13 @@ impl TypeState {
         error: Option<String>,
         client_version: &str,
     ) -> Option<Ack> {
+        // Any answer shows a client that keeps up.
+        self.unanswered = 0;
         let answered = self.outstanding.remove(nonce)?;
         let version = answered.version;
         Some(match error {
             Some(message) => {
+                self.refuse(answered.seq);
                 self.nacked_version = Some(version.clone());
                 // What was computed after the refused update stays held back (A74).
                 let since = self
@@ -110,6 +120,8 @@ impl TypeState {
                 Ack::Nacked { version, message }
             }
             None => {
+                self.accept_through(answered.seq);
+                self.accepted_version = Some(version.clone());
                 // A later version accepted: the refusal is behind the client, and the refused
                 // content may be sent again if it comes back.
                 if self.refused.is_some_and(|r| answered.seq > r.seq) {
@@ -136,13 +148,13 @@ impl TypeState {
         &mut self,
         seq: u64,
         wrap_all: bool,
-        settled_before: u64,
+        settled: &Settled,
     ) -> Option<SotwResponse> {
         let has_upserts = self.pending_upserts().next().is_some();
         if !has_upserts && !self.force_send {
             return None;
         }
-        let keep = self.sotw_kept(settled_before);
+        let keep = self.sotw_kept(settled);
         self.sotw_respond(seq, wrap_all, keep)
     }
 
@@ -151,21 +163,21 @@ impl TypeState {
         &mut self,
         seq: u64,
         wrap_all: bool,
-        settled_before: u64,
+        settled: &Settled,
     ) -> Option<SotwResponse> {
-        self.eligible_removals(settled_before).next()?;
-        let keep = self.sotw_kept(settled_before);
+        self.eligible_removals(settled).next()?;
+        let keep = self.sotw_kept(settled);
         self.sotw_respond(seq, wrap_all, keep)
     }
 
     /// What the client has and should no longer have, but keeps for now: removals not yet
     /// eligible. A resource whose name the new state carries anyway (another variant of it)
     /// is replaced, not kept: SotW clients key by name, and a name twice is refused.
-    fn sotw_kept(&self, settled_before: u64) -> Vec<(ItemKey, Sent)> {
+    fn sotw_kept(&self, settled: &Settled) -> Vec<(ItemKey, Sent)> {
         self.sent
             .iter()
             .filter(|(k, _)| !self.desired.contains_key(*k))
-            .filter(|(k, _)| !self.removal_eligible(k, settled_before))
+            .filter(|(k, _)| !self.removal_eligible(k, settled))
             .filter(|(k, _)| !self.desires_name(k.name()))
             .map(|(k, s)| (k.clone(), s.clone()))
             .collect()
@@ -229,6 +241,11 @@ impl TypeState {
             .retain(|k| self.sent.contains_key(k) && !self.desired.contains_key(k));
         self.last_version = Some(version.clone());
         let nonce = self.sotw_outstanding(seq, &version);
+        let state = entries
+            .iter()
+            .map(|(k, (_, item))| (k.clone(), item.clone()))
+            .collect();
+        self.carry(seq, Carried::State(state));
         Some(SotwResponse {
             version_info: version,
             resources: entries.into_values().map(|(e, _)| e).collect(),
@@ -245,8 +262,10 @@ impl TypeState {
             .map(|(k, item)| (k.clone(), item.clone()))
             .collect();
         let mut response = DeltaResponse::default();
+        let mut carried: Vec<(ItemKey, Option<Item>)> = Vec::new();
         for (key, item) in upserts {
             response.resources.push(item.wrapped(key.name()));
+            carried.push((key.clone(), Some(item.clone())));
             self.send(key.clone(), Sent::Delivered(item));
             self.dirty.remove(&key);
             // A resource that exists again is no longer reported missing.
@@ -268,6 +287,7 @@ impl TypeState {
         for key in replaced {
             let sent = self.unsend(&key);
             self.dirty.remove(&key);
+            carried.push((key.clone(), None));
             response.removed_resource_names.push(RemovedName {
                 name: key.name().to_string(),
                 constraints: sent.and_then(|s| s.constraints()),
@@ -336,9 +356,14 @@ impl TypeState {
             && response.removed_resources.is_empty()
             && response.removed_resource_names.is_empty()
         {
-            return Some(self.stamp_delta(response, seq, system_version));
+            return Some(self.stamp_delta(
+                response,
+                seq,
+                system_version,
+                Carried::Changes(carried),
+            ));
         }
-        self.finish_delta(response, seq, system_version)
+        self.finish_delta(response, seq, system_version, Carried::Changes(carried))
     }
 
     /// Delta, break phase: the eligible removals of what the client has.
@@ -346,10 +371,12 @@ impl TypeState {
         &mut self,
         seq: u64,
         system_version: &str,
-        settled_before: u64,
+        settled: &Settled,
     ) -> Option<DeltaResponse> {
-        let removals: Vec<ItemKey> = self.eligible_removals(settled_before).cloned().collect();
+        let removals: Vec<ItemKey> = self.eligible_removals(settled).cloned().collect();
         let mut response = DeltaResponse::default();
+        let carried: Vec<(ItemKey, Option<Item>)> =
+            removals.iter().map(|k| (k.clone(), None)).collect();
         for key in removals {
             let sent = self.unsend(&key);
             self.dirty.remove(&key);
@@ -383,7 +410,7 @@ impl TypeState {
                 }
             }
         }
-        self.finish_delta(response, seq, system_version)
+        self.finish_delta(response, seq, system_version, Carried::Changes(carried))
     }
 
     pub(super) fn finish_delta(
@@ -391,6 +418,7 @@ impl TypeState {
         response: DeltaResponse,
         seq: u64,
         system_version: &str,
+        carried: Carried,
     ) -> Option<DeltaResponse> {
         if response.resources.is_empty()
             && response.removed_resources.is_empty()
@@ -398,7 +426,7 @@ impl TypeState {
         {
             return None;
         }
-        Some(self.stamp_delta(response, seq, system_version))
+        Some(self.stamp_delta(response, seq, system_version, carried))
     }
 
     /// Stamps a Delta response with its type, nonce and version, and records it in flight.
@@ -407,10 +435,13 @@ impl TypeState {
         mut response: DeltaResponse,
         seq: u64,
         system_version: &str,
+        carried: Carried,
     ) -> DeltaResponse {
         response.type_url = self.type_url.clone();
         response.nonce = seq.to_string();
         response.system_version_info = system_version.to_owned();
+        self.carry(seq, carried);
+        self.unanswered += 1;
         self.outstanding.insert(
             response.nonce.clone(),
             Outstanding {
@@ -425,6 +456,7 @@ impl TypeState {
     /// Records a SotW response of `entries` at `version` as the one outstanding: the client
     /// answers only the latest, which stands for those it supersedes.
     pub(super) fn sotw_outstanding(&mut self, seq: u64, version: &str) -> String {
+        self.unanswered += 1;
         let nonce = seq.to_string();
         self.last_nonce = Some(nonce.clone());
         let since = self

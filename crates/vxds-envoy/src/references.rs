@@ -1,0 +1,241 @@
+//! What a resource body names in other types: the route configurations a listener's HTTP
+//! connection managers load by RDS, the clusters a route configuration (or an inline one)
+//! routes to, the endpoints (EDS) a cluster loads, the secrets (SDS) a listener's or a
+//! cluster's TLS transport socket loads. Computed once per variant when the index loads it;
+//! the stream machine uses it to keep what a client's accepted configuration still needs while
+//! an update is refused (issue 20's NACK scope).
+
+use prost::Message;
+
+use crate::pb::envoy::config::cluster::v3::Cluster;
+use crate::pb::envoy::config::cluster::v3::cluster::{ClusterDiscoveryType, DiscoveryType};
+use crate::pb::envoy::config::core::v3::TransportSocket;
+use crate::pb::envoy::config::core::v3::transport_socket::ConfigType as SocketConfig;
+use crate::pb::envoy::config::listener::v3::filter::ConfigType as FilterConfig;
+use crate::pb::envoy::config::listener::v3::{FilterChain, Listener};
+use crate::pb::envoy::config::route::v3::RouteConfiguration;
+use crate::pb::envoy::config::route::v3::route::Action;
+use crate::pb::envoy::config::route::v3::route_action::ClusterSpecifier;
+use crate::pb::envoy::extensions::filters::network::http_connection_manager::v3::HttpConnectionManager;
+use crate::pb::envoy::extensions::filters::network::http_connection_manager::v3::http_connection_manager::RouteSpecifier;
+use crate::pb::envoy::extensions::transport_sockets::tls::v3::common_tls_context::ValidationContextType;
+use crate::pb::envoy::extensions::transport_sockets::tls::v3::{
+    CommonTlsContext, DownstreamTlsContext, UpstreamTlsContext,
+};
+
+const PREFIX: &str = "type.googleapis.com/";
+pub const LISTENER: &str = "type.googleapis.com/envoy.config.listener.v3.Listener";
+pub const ROUTE: &str = "type.googleapis.com/envoy.config.route.v3.RouteConfiguration";
+pub const CLUSTER: &str = "type.googleapis.com/envoy.config.cluster.v3.Cluster";
+pub const ENDPOINT: &str = "type.googleapis.com/envoy.config.endpoint.v3.ClusterLoadAssignment";
+pub const SECRET: &str = "type.googleapis.com/envoy.extensions.transport_sockets.tls.v3.Secret";
+const HCM: &str =
+    "envoy.extensions.filters.network.http_connection_manager.v3.HttpConnectionManager";
+const DOWNSTREAM_TLS: &str = "envoy.extensions.transport_sockets.tls.v3.DownstreamTlsContext";
+const UPSTREAM_TLS: &str = "envoy.extensions.transport_sockets.tls.v3.UpstreamTlsContext";
+
+/// A resource another one names: its type URL and name.
+pub type Reference = (&'static str, String);
+
+/// What the encoded `google.protobuf.Any` `body` names; empty for types that name nothing
+/// (or a body that does not decode, which validation never lets in).
+pub fn of(body: &[u8]) -> Vec<Reference> {
+    let Ok(any) = prost_types::Any::decode(body) else {
+        return Vec::new();
+    };
+    let mut out = Vec::new();
+    match any.type_url.as_str() {
+        LISTENER => {
+            if let Ok(listener) = Listener::decode(any.value.as_slice()) {
+                listener_refs(&listener, &mut out);
+            }
+        }
+        ROUTE => {
+            if let Ok(route) = RouteConfiguration::decode(any.value.as_slice()) {
+                route_refs(&route, &mut out);
+            }
+        }
+        CLUSTER => {
+            if let Ok(cluster) = Cluster::decode(any.value.as_slice()) {
+                cluster_refs(&cluster, &mut out);
+            }
+        }
+        _ => {}
+    }
+    out.sort();
+    out.dedup();
+    out
+}
+
+fn listener_refs(listener: &Listener, out: &mut Vec<Reference>) {
+    let chains: Vec<&FilterChain> = listener
+        .filter_chains
+        .iter()
+        .chain(listener.default_filter_chain.as_ref())
+        .collect();
+    for chain in chains {
+        socket_refs(chain.transport_socket.as_ref(), DOWNSTREAM_TLS, out);
+        for filter in &chain.filters {
+            let Some(FilterConfig::TypedConfig(any)) = &filter.config_type else {
+                continue;
+            };
+            if any.type_url.strip_prefix(PREFIX) != Some(HCM) {
+                continue;
+            }
+            let Ok(hcm) = HttpConnectionManager::decode(any.value.as_slice()) else {
+                continue;
+            };
+            match &hcm.route_specifier {
+                Some(RouteSpecifier::Rds(rds)) => out.push((ROUTE, rds.route_config_name.clone())),
+                Some(RouteSpecifier::RouteConfig(route)) => route_refs(route, out),
+                _ => {}
+            }
+        }
+    }
+}
+
+fn route_refs(route: &RouteConfiguration, out: &mut Vec<Reference>) {
+    for host in &route.virtual_hosts {
+        for r in &host.routes {
+            let Some(Action::Route(action)) = &r.action else {
+                continue;
+            };
+            match &action.cluster_specifier {
+                Some(ClusterSpecifier::Cluster(name)) => out.push((CLUSTER, name.clone())),
+                Some(ClusterSpecifier::WeightedClusters(weighted)) => {
+                    out.extend(weighted.clusters.iter().map(|c| (CLUSTER, c.name.clone())))
+                }
+                _ => {}
+            }
+        }
+    }
+}
+
+fn cluster_refs(cluster: &Cluster, out: &mut Vec<Reference>) {
+    let eds = matches!(
+        cluster.cluster_discovery_type,
+        Some(ClusterDiscoveryType::Type(t)) if t == DiscoveryType::Eds as i32
+    );
+    if eds {
+        let service = cluster
+            .eds_cluster_config
+            .as_ref()
+            .map(|c| c.service_name.as_str())
+            .filter(|s| !s.is_empty())
+            .unwrap_or(&cluster.name);
+        out.push((ENDPOINT, service.to_owned()));
+    }
+    socket_refs(cluster.transport_socket.as_ref(), UPSTREAM_TLS, out);
+    for matcher in &cluster.transport_socket_matches {
+        socket_refs(matcher.transport_socket.as_ref(), UPSTREAM_TLS, out);
+    }
+}
+
+fn socket_refs(socket: Option<&TransportSocket>, tls_type: &str, out: &mut Vec<Reference>) {
+    let Some(SocketConfig::TypedConfig(any)) = socket.and_then(|s| s.config_type.as_ref()) else {
+        return;
+    };
+    let common = match any.type_url.strip_prefix(PREFIX) {
+        Some(t) if t == tls_type && t == DOWNSTREAM_TLS => {
+            DownstreamTlsContext::decode(any.value.as_slice())
+                .ok()
+                .and_then(|c| c.common_tls_context)
+        }
+        Some(t) if t == tls_type && t == UPSTREAM_TLS => {
+            UpstreamTlsContext::decode(any.value.as_slice())
+                .ok()
+                .and_then(|c| c.common_tls_context)
+        }
+        _ => None,
+    };
+    if let Some(common) = common {
+        tls_refs(&common, out);
+    }
+}
+
+fn tls_refs(common: &CommonTlsContext, out: &mut Vec<Reference>) {
+    out.extend(
+        common
+            .tls_certificate_sds_secret_configs
+            .iter()
+            .map(|s| (SECRET, s.name.clone())),
+    );
+    match &common.validation_context_type {
+        Some(ValidationContextType::ValidationContextSdsSecretConfig(s)) => {
+            out.push((SECRET, s.name.clone()))
+        }
+        Some(ValidationContextType::CombinedValidationContext(c)) => out.extend(
+            c.validation_context_sds_secret_config
+                .iter()
+                .map(|s| (SECRET, s.name.clone())),
+        ),
+        _ => {}
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    #![allow(clippy::unwrap_used)]
+    use super::*;
+    use crate::resource::{Body, ResourceType};
+
+    fn refs(json: serde_json::Value) -> Vec<Reference> {
+        let ty = ResourceType::resolve(json["@type"].as_str().unwrap()).unwrap();
+        of(&Body::from_value(&json, &ty).unwrap().any_bytes)
+    }
+
+    #[test]
+    fn listeners_routes_and_clusters_name_what_they_load() {
+        let tls = |ty: &str| {
+            serde_json::json!({"name": "tls", "typed_config": {
+            "@type": format!("type.googleapis.com/envoy.extensions.transport_sockets.tls.v3.{ty}"),
+            "common_tls_context": {
+                "tls_certificate_sds_secret_configs": [{"name": "cert"}],
+                "validation_context_sds_secret_config": {"name": "ca"}}}})
+        };
+        let listener = serde_json::json!({"@type": LISTENER, "name": "l",
+            "filter_chains": [{"transport_socket": tls("DownstreamTlsContext"),
+                "filters": [{"name": "hcm", "typed_config": {"@type": format!("{PREFIX}{HCM}"),
+                "stat_prefix": "x", "rds": {"route_config_name": "r", "config_source": {"ads": {}}}}}]},
+              {"filters": [{"name": "hcm", "typed_config": {"@type": format!("{PREFIX}{HCM}"),
+                "stat_prefix": "y", "route_config": {"name": "inline", "virtual_hosts": [{"name": "v",
+                "domains": ["*"], "routes": [{"match": {"prefix": "/"}, "route": {"cluster": "c0"}}]}]}}}]}]});
+        assert_eq!(
+            refs(listener),
+            [
+                (CLUSTER, "c0".to_owned()),
+                (ROUTE, "r".to_owned()),
+                (SECRET, "ca".to_owned()),
+                (SECRET, "cert".to_owned()),
+            ]
+        );
+        let route = serde_json::json!({"@type": ROUTE, "name": "r", "virtual_hosts": [{"name": "v",
+            "domains": ["*"], "routes": [
+                {"match": {"prefix": "/a"}, "route": {"cluster": "c1"}},
+                {"match": {"prefix": "/b"}, "route": {"weighted_clusters": {"clusters": [
+                    {"name": "c2", "weight": 1}, {"name": "c3", "weight": 1}]}}}]}]});
+        assert_eq!(
+            refs(route),
+            [
+                (CLUSTER, "c1".to_owned()),
+                (CLUSTER, "c2".to_owned()),
+                (CLUSTER, "c3".to_owned()),
+            ]
+        );
+        let cluster = serde_json::json!({"@type": CLUSTER, "name": "c1", "type": "EDS",
+            "eds_cluster_config": {"eds_config": {"ads": {}}}, "transport_socket": tls("UpstreamTlsContext")});
+        assert_eq!(
+            refs(cluster),
+            [
+                (ENDPOINT, "c1".to_owned()),
+                (SECRET, "ca".to_owned()),
+                (SECRET, "cert".to_owned()),
+            ]
+        );
+        let named = serde_json::json!({"@type": CLUSTER, "name": "c2", "type": "EDS",
+            "eds_cluster_config": {"service_name": "svc", "eds_config": {"ads": {}}}});
+        assert_eq!(refs(named), [(ENDPOINT, "svc".to_owned())]);
+        let static_cluster = serde_json::json!({"@type": CLUSTER, "name": "s", "type": "STATIC"});
+        assert!(refs(static_cluster).is_empty());
+    }
+}

@@ -1,0 +1,112 @@
+//! Held = accepted: what a client holds of a type is what it acknowledged, not what it was
+//! sent. A response's changes wait in `unacked` (Delta: the items it added, updated or removed;
+//! SotW: the whole state it carried) until the client answers it: an ACK applies them, a NACK
+//! drops them and the client keeps what it had. Heartbeats renew the accepted items at their
+//! accepted versions (Envoy takes a heartbeat only at the version it holds), and the NACK scope
+//! reads the accepted items' references.
+//!
+//! Bounded: SotW keeps one state (a later response supersedes the unanswered one); Delta one
+//! entry per unanswered response, and a stream past `--xds-max-unanswered` is ended.
+
+use super::*;
+
+/// What an unanswered response carried.
+#[derive(Clone, Debug)]
+pub(crate) enum Carried {
+    /// Delta: items added or updated (`Some`) and removed (`None`).
+    Changes(Vec<(ItemKey, Option<Item>)>),
+    /// SotW: the whole state of the type.
+    State(Vec<(ItemKey, Item)>),
+}
+
+impl TypeState {
+    /// Records what response `seq` carried, until the client answers it.
+    pub(super) fn carry(&mut self, seq: u64, carried: Carried) {
+        match carried {
+            Carried::Changes(changes) if changes.is_empty() => {}
+            carried @ Carried::Changes(_) => {
+                self.unacked.insert(seq, carried);
+            }
+            carried @ Carried::State(_) => {
+                // The client answers only the latest SotW response: it stands for the others.
+                self.unacked.clear();
+                self.unacked.insert(seq, carried);
+            }
+        }
+    }
+
+    /// The client accepted response `seq`: it holds what it carried, and what every earlier
+    /// unanswered response carried (clients answer in order; a SotW response supersedes).
+    pub(super) fn accept_through(&mut self, seq: u64) {
+        let later = self.unacked.split_off(&(seq + 1));
+        let done = std::mem::replace(&mut self.unacked, later);
+        for (_, carried) in done {
+            match carried {
+                Carried::Changes(changes) => {
+                    for (key, item) in changes {
+                        match item {
+                            Some(item) => {
+                                if item.ttl().is_some() {
+                                    self.fresh.insert(key.clone());
+                                }
+                                self.accepted.insert(key, item)
+                            }
+                            None => self.accepted.remove(&key),
+                        };
+                    }
+                }
+                Carried::State(state) => {
+                    self.accepted = state.into_iter().collect();
+                    let timed = self.accepted.iter().filter(|(_, i)| i.ttl().is_some());
+                    self.fresh.extend(timed.map(|(k, _)| k.clone()));
+                }
+            }
+        }
+        self.renewed.retain(|k, _| self.accepted.contains_key(k));
+        self.fresh.retain(|k| self.accepted.contains_key(k));
+    }
+
+    /// The client refused response `seq`: it keeps what it had accepted.
+    pub(super) fn refuse(&mut self, seq: u64) {
+        self.unacked.remove(&seq);
+    }
+
+    /// Items with a change in flight: a heartbeat at the accepted version would arrive after
+    /// the change and not match what the client then holds.
+    pub(super) fn in_flight(&self) -> BTreeSet<&ItemKey> {
+        self.unacked
+            .values()
+            .flat_map(|carried| match carried {
+                Carried::Changes(changes) => changes.iter().map(|(k, _)| k).collect::<Vec<_>>(),
+                Carried::State(state) => state.iter().map(|(k, _)| k).collect(),
+            })
+            .collect()
+    }
+
+    /// Delta reconnect: what the client reported in `initial_resource_versions` at the version
+    /// the server has is held and accepted, so its TTL is renewed like anything delivered here
+    /// (Envoy's TTL timers survive a reconnect).
+    pub(super) fn accept_reported(&mut self) {
+        let matching: Vec<(ItemKey, Item)> = self
+            .sent
+            .iter()
+            .filter_map(|(key, sent)| match sent {
+                Sent::Reported(version) => self
+                    .desired
+                    .get(key)
+                    .filter(|item| item.version() == version)
+                    .map(|item| (key.clone(), item.clone())),
+                Sent::Delivered(_) => None,
+            })
+            .collect();
+        for (key, item) in matching {
+            self.send(key.clone(), Sent::Delivered(item.clone()));
+            self.accepted.insert(key, item);
+        }
+    }
+
+    /// The accepted items, for the NACK scope's references.
+    pub(crate) fn accepted_items(&self) -> impl Iterator<Item = &Item> {
+        self.accepted.values()
+    }
+}
