@@ -173,10 +173,15 @@ async fn serve_connection<IO>(
         heard: heard.clone(),
     };
     let (closing, closing_rx) = watch::channel(None);
-    let extensions = (info, ConnectionClosing(closing_rx));
+    let extensions = (
+        info,
+        ConnectionClosing(closing_rx),
+        crate::service::FetchBudget::default(),
+    );
     let service = tower::service_fn(move |mut request: http::Request<hyper::body::Incoming>| {
         request.extensions_mut().insert(extensions.0.clone());
         request.extensions_mut().insert(extensions.1.clone());
+        request.extensions_mut().insert(extensions.2.clone());
         let mut routes = routes.clone();
         async move {
             let response = tower::Service::call(&mut routes, request).await;

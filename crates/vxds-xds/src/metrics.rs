@@ -36,6 +36,8 @@ pub struct XdsMetrics {
     pub draining: Gauge<i64, AtomicI64>,
     /// Streams ended for sending requests faster than the per-stream limit.
     pub rate_limited: Counter,
+    /// Unary `Fetch*` calls refused for exceeding their connection's allowance.
+    pub rate_limited_fetches: Counter,
     /// Streams ended for leaving too many responses unanswered.
     pub unanswered_ended: Counter,
     pub streams: Family<StreamLabels, Gauge<i64, AtomicI64>>,
@@ -58,6 +60,7 @@ impl XdsMetrics {
             connections_closed: Family::default(),
             draining: Gauge::default(),
             rate_limited: Counter::default(),
+            rate_limited_fetches: Counter::default(),
             unanswered_ended: Counter::default(),
             streams: Family::default(),
             responses: Family::default(),
@@ -91,6 +94,11 @@ impl XdsMetrics {
             "vxds_xds_rate_limited_streams",
             "Streams ended for sending requests faster than the per-stream limit",
             metrics.rate_limited.clone(),
+        );
+        registry.register(
+            "vxds_xds_rate_limited_fetches",
+            "Unary Fetch calls refused for exceeding their connection's request rate",
+            metrics.rate_limited_fetches.clone(),
         );
         registry.register(
             "vxds_xds_unanswered_streams",

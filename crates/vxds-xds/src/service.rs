@@ -305,6 +305,18 @@ impl UnaryService<DiscoveryRequest> for FetchMethod {
         let spec = self.spec;
         Box::pin(async move {
             let admitted = shared.admit(&request)?;
+            // The unary methods share their connection's allowance: a client calling Fetch in
+            // a tight loop gets no more of a core than a stream does.
+            if let Some(budget) = request.extensions().get::<FetchBudget>()
+                && !budget.take(shared.request_rate)
+            {
+                shared.metrics.rate_limited_fetches.inc();
+                let limit = shared.request_rate;
+                return Err(Status::resource_exhausted(format!(
+                    "more than {} Fetch requests per second (bursts up to {}) on one connection",
+                    limit.per_second, limit.burst
+                )));
+            }
             let request = request.into_inner();
             let mut machine = StreamMachine::new(0, Protocol::Sotw, spec, shared.machine.clone());
             machine.set_peer(admitted.peer, admitted.trusted);
@@ -370,6 +382,22 @@ async fn end_unavailable<T>(out: &mpsc::Sender<Queued<T>>, reason: &'static str)
 }
 
 /// A stream's request allowance: a token bucket, `burst` deep, refilled at `per_second`.
+/// The allowance of one connection's unary `Fetch*` calls (streams have their own each), made
+/// with the connection and shared by its calls.
+#[derive(Clone, Debug, Default)]
+pub struct FetchBudget(Arc<std::sync::Mutex<Option<RequestBudget>>>);
+
+impl FetchBudget {
+    /// Takes one call's token; `false` when the connection has none left.
+    fn take(&self, rate: crate::RequestRate) -> bool {
+        let mut budget = self.0.lock().unwrap_or_else(|e| e.into_inner());
+        budget
+            .get_or_insert_with(|| RequestBudget::new(rate))
+            .take()
+    }
+}
+
+#[derive(Debug)]
 struct RequestBudget {
     tokens: f64,
     rate: crate::RequestRate,

@@ -126,7 +126,8 @@ pub struct ServeArgs {
     #[arg(long, env = "VXDS_XDS_MAX_CONNECTION_AGE_GRACE", default_value = "30s", value_parser = humantime::parse_duration)]
     pub xds_max_connection_age_grace: std::time::Duration,
     /// Requests per second one xDS stream may send, sustained; a client in a tight loop is
-    /// ended with RESOURCE_EXHAUSTED.
+    /// ended with RESOURCE_EXHAUSTED. The unary Fetch calls of one connection share one such
+    /// allowance.
     #[arg(long, env = "VXDS_XDS_REQUEST_RATE", default_value_t = 100)]
     pub xds_request_rate: u32,
     /// Requests one xDS stream may send in a burst above the rate.

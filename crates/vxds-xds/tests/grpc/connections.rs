@@ -271,3 +271,62 @@ async fn a_silent_connection_is_closed() {
     assert_eq!(server.xds.registry().clients().len(), 1);
     drop(speaking);
 }
+
+/// Unary `Fetch*` calls are charged to their connection's allowance as stream requests are:
+/// a client fetching in a tight loop is refused with `RESOURCE_EXHAUSTED`; another connection
+/// is served.
+#[tokio::test]
+async fn fetch_calls_in_a_tight_loop_are_rate_limited_per_connection() {
+    use vxds_envoy::pb::envoy::service::discovery::v3::DiscoveryRequest;
+    use vxds_envoy::pb::envoy::service::route::v3::route_discovery_service_client::RouteDiscoveryServiceClient;
+    let db = sqlite().await;
+    let server = Server::start(
+        &db,
+        XdsConfig {
+            request_rate: RequestRate {
+                per_second: 1,
+                burst: 5,
+            },
+            ..Default::default()
+        },
+    )
+    .await;
+    server
+        .apply(json!([put_route("web", &[("*", "v0")])]))
+        .await;
+    let fetch = || DiscoveryRequest {
+        type_url: ROUTE.into(),
+        node: Some(node("envoy", &[])),
+        resource_names: vec!["web".into()],
+        ..Default::default()
+    };
+    let mut greedy = RouteDiscoveryServiceClient::new(server.channel.clone());
+    let mut refused = None;
+    for i in 0..50 {
+        match greedy.fetch_routes(fetch()).await {
+            Ok(response) => assert_eq!(response.get_ref().resources.len(), 1),
+            Err(status) => {
+                refused = Some((i, status));
+                break;
+            }
+        }
+    }
+    let (i, status) = refused.expect("a tight loop of Fetch calls is refused");
+    assert!(i >= 5, "the burst is allowed: refused at call {i}");
+    assert_eq!(status.code(), tonic::Code::ResourceExhausted, "{status:?}");
+    assert!(
+        status.message().contains("Fetch requests per second"),
+        "{status:?}"
+    );
+    // Another connection has its own allowance.
+    let other = Channel::from_shared(format!("http://{}", server.addr))
+        .unwrap()
+        .connect()
+        .await
+        .unwrap();
+    let response = RouteDiscoveryServiceClient::new(other)
+        .fetch_routes(fetch())
+        .await
+        .expect("another connection is served");
+    assert_eq!(response.get_ref().resources.len(), 1);
+}
