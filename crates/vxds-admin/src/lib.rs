@@ -68,6 +68,8 @@ pub struct AdminState {
     draining: Option<tokio::sync::watch::Receiver<bool>>,
     /// How often an idle `GET /v1/events` stream gets a keep-alive comment.
     pub events_keep_alive: std::time::Duration,
+    /// The event streams' hub: their readers, its limits.
+    pub events: Arc<events::hub::Hub>,
     openapi_json: Arc<serde_json::Value>,
 }
 
@@ -97,6 +99,7 @@ impl AdminState {
             identity_template: None,
             draining: None,
             events_keep_alive: events::KEEP_ALIVE,
+            events: Arc::default(),
             openapi_json: Arc::new(openapi_json),
         }
     }
@@ -160,6 +163,13 @@ impl AdminState {
     /// Keep-alive comments on idle event streams this often (default 15 s).
     pub fn with_events_keep_alive(mut self, every: std::time::Duration) -> Self {
         self.events_keep_alive = every;
+        self
+    }
+
+    /// At most `max_readers` event streams (`--max-event-readers`), each at most `queue_bytes`
+    /// behind before it is reset.
+    pub fn with_event_limits(mut self, max_readers: usize, queue_bytes: usize) -> Self {
+        self.events = Arc::new(events::hub::Hub::new(max_readers, queue_bytes));
         self
     }
 

@@ -17,6 +17,8 @@ mod diff;
 mod impact;
 #[path = "cli/rollback.rs"]
 mod rollback;
+#[path = "cli/shutdown.rs"]
+mod shutdown;
 
 fn vxds() -> Command {
     let mut command = Command::new(env!("CARGO_BIN_EXE_vxds"));

@@ -478,7 +478,8 @@ function onEvent(name, data) {
     case "revision":
       state.head = Math.max(state.head, body.revision);
       logEvent("revision " + body.revision + " by " + (body.author || "anonymous") + ": " + (body.message || "") +
-        " — " + body.changed.map((c) => (c.type || c.type_url) + " " + c.name).join(", "), "revision");
+        " — " + body.changed.map((c) => (c.type || c.type_url) + " " + c.name).join(", ") +
+        (body.change_count > body.changed.length ? " and " + (body.change_count - body.changed.length) + " more" : ""), "revision");
       refreshSoon(["resources", "resource", "revisions"]);
       break;
     case "client_connected":
@@ -502,6 +503,12 @@ function onEvent(name, data) {
       refreshSoon(["clients"]);
       break;
     case "reset":
+      if (body.reason === "slow_reader") {
+        // The stream ends; it resumes from this revision and the pages are read afresh.
+        logEvent("the console fell behind the event stream; catching up");
+        refreshSoon(["resources", "resource", "revisions", "clients"]);
+        break;
+      }
       state.head = body.revision;
       logEvent("the store's head went back to revision " + body.revision);
       refreshSoon(["resources", "resource", "revisions"]);
