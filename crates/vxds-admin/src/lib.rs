@@ -235,6 +235,7 @@ fn api_router() -> OpenApiRouter<AdminState> {
         .routes(routes!(resolve::resolve))
         .routes(routes!(revisions::list))
         .routes(routes!(revisions::get))
+        .routes(routes!(revisions::changes))
         .routes(routes!(revisions::restore))
         .routes(routes!(clients::list))
         .routes(routes!(events::events))

@@ -12,6 +12,8 @@ mod hardening;
 mod impact;
 #[path = "http/outage.rs"]
 mod outage;
+#[path = "http/pages.rs"]
+mod pages;
 #[path = "http/restore.rs"]
 mod restore;
 #[path = "http/support.rs"]
