@@ -126,6 +126,28 @@ pub fn none_match_hits(tags: &Tags, version: &str) -> bool {
     }
 }
 
+/// Whether `If-Match` holds for a read of a resource at `version` (`None`: there is none):
+/// strong comparison, and `*` needs the resource to exist (RFC 9110 §13.1.1).
+pub fn match_holds(tags: &Tags, version: Option<&str>) -> bool {
+    match (tags, version) {
+        (_, None) => false,
+        (Tags::Any, Some(_)) => true,
+        (Tags::List(tags), Some(version)) => tags.iter().any(|t| !t.weak && t.opaque == version),
+    }
+}
+
+/// The 412 for a read whose `If-Match` failed.
+pub fn read_precondition_failed(message: String) -> ApiError {
+    ApiError::PreconditionFailed {
+        detail: message.clone(),
+        errors: vec![crate::problem::ProblemItem::header(
+            "If-Match",
+            "precondition_failed",
+            message,
+        )],
+    }
+}
+
 /// The 412 for a failed condition, naming its header.
 pub fn precondition_failed(header: &str, message: String) -> ApiError {
     ApiError::PreconditionFailed {
@@ -184,6 +206,16 @@ mod tests {
                 "{bad:?}"
             );
         }
+    }
+
+    #[test]
+    fn if_match_on_a_read_compares_strongly_and_needs_the_resource() {
+        let list = Tags::List(vec![tag(false, "v1"), tag(true, "v2")]);
+        assert!(match_holds(&list, Some("v1")));
+        assert!(!match_holds(&list, Some("v2")), "weak tags never match");
+        assert!(!match_holds(&list, Some("v3")));
+        assert!(match_holds(&Tags::Any, Some("v3")));
+        assert!(!match_holds(&Tags::Any, None));
     }
 
     #[test]

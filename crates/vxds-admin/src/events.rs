@@ -1,49 +1,60 @@
 //! `GET /v1/events`: a Server-Sent Events stream of what happens, as it happens.
 //!
-//! - `revision` (id = the revision number): each committed revision with its author, message
-//!   and the resources it changed, taken from the index's change lists — a reader costs the
-//!   database nothing while it follows;
+//! - `revision` (id = the revision number): each committed revision with its author, message,
+//!   how many resources it changed and the first [`CHANGED_SHOWN`] of them, taken from the
+//!   index's change lists — a reader costs the database nothing while it follows;
 //! - `client_connected`, `client_disconnected`, `ack`, `nack` (with the client's error text):
-//!   from the xDS server's bounded broadcast (`vxds_xds::events`); a reader too slow for it
-//!   gets `lagged` with how many it missed, and never slows a stream;
+//!   from the xDS server's bounded broadcast (`vxds_xds::events`); `lagged` says how many
+//!   the server itself missed, and no reader ever slows a stream;
 //! - `hello` once caught up (id = the revision the reader is current with), `reset` when the
-//!   store's head went backwards (a restored database) or a resuming reader's revisions were
-//!   pruned by the history retention.
+//!   store's head went backwards (a restored database), when a resuming reader's revisions
+//!   were pruned by the history retention, or when the reader fell further behind than its
+//!   queue holds (the stream then ends; the reader resumes with `Last-Event-ID`).
+//!
+//! Costs per event, not per reader ([`hub`]): one task serialises each event once and every
+//! reader's queue shares the bytes; queues are bounded in bytes; at most
+//! `--max-event-readers` streams are open (503 beyond). Readers hold no index snapshot.
 //!
 //! Resumable: with `Last-Event-ID: N` the stream first replays every revision after N —
 //! from the index's recent change lists, or from the store's history for what the index no
 //! longer remembers (if the store cannot answer, `lagged` says how many were skipped) — then
-//! goes live. Client events are not replayed: they describe the
-//! present, which `GET /v1/clients` shows whole. Keep-alive comments keep proxies from
-//! closing an idle stream, and the stream ends when the server starts draining.
+//! goes live. A reader ahead of this replica's index (another replica served it) waits for
+//! the index without a `reset` when the store has its revision. Client events are not
+//! replayed: they describe the present, which `GET /v1/clients` shows whole. Keep-alive
+//! comments keep proxies from closing an idle stream (and `X-Accel-Buffering: no` keeps nginx
+//! from buffering it); the stream ends when the server starts draining.
 
+pub mod hub;
+
+use std::collections::VecDeque;
 use std::convert::Infallible;
-use std::sync::Arc;
 use std::time::Duration;
 
+use axum::Extension;
+use axum::body::{Body, Bytes};
 use axum::extract::State;
-use axum::http::HeaderMap;
-use axum::response::sse::{Event, KeepAlive, Sse};
-use futures::Stream;
+use axum::http::{HeaderMap, HeaderValue, header};
+use axum::response::Response;
 use serde::Serialize;
-use tokio::sync::{broadcast, mpsc};
 use utoipa::ToSchema;
 use vxds_envoy::resource::ResourceType;
-use vxds_store::{ResourceKey, Snapshot};
+use vxds_store::ResourceKey;
 use vxds_xds::ClientEvent;
 
 use crate::AdminState;
 use crate::problem::{ApiError, ProblemBody, ReadProblems};
 use crate::repr::timestamp;
+use hub::{Kind, Next, Slot, StreamConnection};
 
 /// The default interval of keep-alive comments.
 pub const KEEP_ALIVE: Duration = Duration::from_secs(15);
 
-/// Events queued per reader before its task waits for it (the task, not the xDS server).
-const QUEUE: usize = 64;
+/// Revisions read per page when replaying to a resuming reader.
+const REPLAY_PAGE: usize = 100;
 
-/// Revisions read from the store per page when replaying beyond the index's memory.
-const REPLAY_PAGE: usize = 500;
+/// Changed names a `revision` event lists; `change_count` has them all
+/// (`GET /v1/revisions/{n}/changes` pages through them).
+pub const CHANGED_SHOWN: usize = 100;
 
 /// A committed revision (`event: revision`, `id:` its number).
 #[derive(Debug, Serialize, ToSchema)]
@@ -54,8 +65,44 @@ pub struct RevisionEvent {
     /// The name of the token that wrote it.
     pub author: Option<String>,
     pub message: Option<String>,
-    /// The resources it created, updated or deleted.
+    /// How many resources it created, updated or deleted.
+    pub change_count: usize,
+    /// The first of them (at most 100).
     pub changed: Vec<ChangedName>,
+}
+
+impl RevisionEvent {
+    fn of_index(change: &vxds_store::index::RevisionChanges) -> Self {
+        Self {
+            revision: change.revision,
+            committed_at: timestamp(change.committed_at_ms),
+            author: change.author.as_deref().map(str::to_owned),
+            message: change.message.as_deref().map(str::to_owned),
+            change_count: change.changed.len(),
+            changed: change
+                .changed
+                .iter()
+                .take(CHANGED_SHOWN)
+                .map(changed_name)
+                .collect(),
+        }
+    }
+
+    fn of_store(revision: &vxds_store::Revision) -> Self {
+        Self {
+            revision: revision.revision,
+            committed_at: timestamp(revision.created_at_ms),
+            author: revision.author.clone(),
+            message: revision.message.clone(),
+            change_count: revision.changes.len(),
+            changed: revision
+                .changes
+                .iter()
+                .take(CHANGED_SHOWN)
+                .map(|c| changed_name(&c.key))
+                .collect(),
+        }
+    }
 }
 
 #[derive(Debug, Serialize, ToSchema)]
@@ -78,19 +125,35 @@ pub struct HelloEvent {
     pub clients: bool,
 }
 
-/// `event: lagged`: the reader missed `missed` events — client events it was too slow for, or
-/// revisions the store could not replay on a resume (the stream then goes on from the index).
+/// `event: lagged`: `missed` events were lost — client events the server itself was too
+/// slow for, or revisions the store could not replay on a resume (the stream then goes on
+/// from the index).
 #[derive(Debug, Serialize, ToSchema)]
 pub struct LaggedEvent {
     pub missed: u64,
 }
 
-/// `event: reset`: the store's head went backwards (a restored database), or a resuming
-/// reader's revisions were pruned by the history retention; revisions continue from
-/// `revision`.
+/// Why a `reset` came.
+#[derive(Clone, Copy, Debug, Serialize, ToSchema)]
+#[serde(rename_all = "snake_case")]
+pub enum ResetReason {
+    /// The store's head went backwards (a restored database): revisions continue from
+    /// `revision`; what the reader knows beyond it is gone.
+    HeadWentBack,
+    /// The reader fell further behind than its queue holds: the stream ends after this
+    /// event; resume with `Last-Event-ID` (its id) to re-read the revisions from the store,
+    /// and re-read `GET /v1/clients` (client events are not replayed).
+    SlowReader,
+    /// The revisions after the reader's `Last-Event-ID` were pruned by the history retention:
+    /// it cannot be told what it missed, and goes on from `revision` (re-read what it needs).
+    HistoryPruned,
+}
+
+/// `event: reset`; its id is `revision`.
 #[derive(Debug, Serialize, ToSchema)]
 pub struct ResetEvent {
     pub revision: u64,
+    pub reason: ResetReason,
 }
 
 /// Every event the stream carries, for the OpenAPI document: the SSE `event:` field names it,
@@ -118,6 +181,26 @@ fn changed_name(key: &ResourceKey) -> ChangedName {
             .and_then(|t| t.alias()),
         name: key.name.clone(),
     }
+}
+
+/// One Server-Sent Event: `event:`, `id:` if given, and the JSON of `data` on one line.
+pub(crate) fn frame(name: &str, id: Option<u64>, data: &impl Serialize) -> Bytes {
+    let mut out = Vec::with_capacity(128);
+    out.extend_from_slice(b"event: ");
+    out.extend_from_slice(name.as_bytes());
+    if let Some(id) = id {
+        out.extend_from_slice(format!("\nid: {id}").as_bytes());
+    }
+    out.extend_from_slice(b"\ndata: ");
+    if serde_json::to_writer(&mut out, data).is_err() {
+        out.extend_from_slice(b"{}");
+    }
+    out.extend_from_slice(b"\n\n");
+    Bytes::from(out)
+}
+
+fn reset_frame(revision: u64, reason: ResetReason) -> Bytes {
+    frame("reset", Some(revision), &ResetEvent { revision, reason })
 }
 
 /// `Last-Event-ID`, if given: a revision number.
@@ -153,139 +236,63 @@ fn last_event_id(headers: &HeaderMap) -> Result<Option<u64>, ApiError> {
         ("Last-Event-ID" = Option<u64>, Header, description = "Resume: replay every revision after this one first"),
     ),
     responses(
-        (status = 200, description = "A `text/event-stream`: with `Last-Event-ID`, the revisions after it replayed first; then `hello` (id: the revision the reader is current with); then live `revision` events (id: the revision number), `client_connected`, `client_disconnected`, `ack`, `nack` (with the client's error text), `lagged` (client events missed by a slow reader) and `reset` (the head went backwards, or the revisions after `Last-Event-ID` were pruned by the history retention); keep-alive comments while idle. Each `data:` is the JSON of the `StreamEvent` variant the `event:` names (`client` for the four client events, told apart by their `event` field).", body = StreamEvent, content_type = "text/event-stream"),
+        (status = 200, description = "A `text/event-stream` (with `X-Accel-Buffering: no`): with `Last-Event-ID`, the revisions after it replayed first; then `hello` (id: the revision the reader is current with); then live `revision` events (id: the revision number; `change_count` and the first 100 changed names), `client_connected`, `client_disconnected`, `ack`, `nack` (with the client's error text), `lagged` (client events the server missed) and `reset` (`head_went_back`: a restored database; `slow_reader`: the reader fell more than its queue (1 MiB) behind, and the stream ends so that it resumes with `Last-Event-ID`); keep-alive comments while idle. Each `data:` is the JSON of the `StreamEvent` variant the `event:` names (`client` for the four client events, told apart by their `event` field).", body = StreamEvent, content_type = "text/event-stream"),
         (status = 400, description = "A `Last-Event-ID` that is not a revision number", body = ProblemBody, content_type = "application/problem+json"),
+        (status = 503, description = "As many event streams are open as `--max-event-readers` allows (default 256; `too_many_event_readers`), or the server is shutting down (`draining`); `Retry-After` says when to try again", body = ProblemBody, content_type = "application/problem+json"),
         ReadProblems,
     ),
     security(("bearer" = []), ())
 )]
 pub async fn events(
     State(state): State<AdminState>,
+    connection: Option<Extension<StreamConnection>>,
     headers: HeaderMap,
-) -> Result<Sse<impl Stream<Item = Result<Event, Infallible>>>, ApiError> {
+) -> Result<Response, ApiError> {
     let resume = last_event_id(&headers)?;
-    let (tx, mut rx) = mpsc::channel(QUEUE);
-    let keep_alive = state.events_keep_alive;
-    tokio::spawn(follow(state, resume, tx));
-    let stream = futures::stream::poll_fn(move |cx| rx.poll_recv(cx).map(|e| e.map(Ok)));
-    Ok(Sse::new(stream).keep_alive(KeepAlive::new().interval(keep_alive)))
-}
-
-/// The reader left.
-struct Gone;
-
-async fn send(tx: &mpsc::Sender<Event>, event: Event) -> Result<(), Gone> {
-    tx.send(event).await.map_err(|_| Gone)
-}
-
-fn json_event(name: &str, data: &impl Serialize) -> Event {
-    Event::default()
-        .event(name)
-        .json_data(data)
-        .unwrap_or_else(|_| Event::default().event(name))
-}
-
-/// The head went back to `revision` (a restored database); its id is where to resume.
-fn reset_event(revision: u64) -> Event {
-    json_event("reset", &ResetEvent { revision }).id(revision.to_string())
-}
-
-fn revision_event(event: &RevisionEvent) -> Event {
-    json_event("revision", event).id(event.revision.to_string())
-}
-
-/// How long a reader resuming from a revision this replica's index has not reached yet waits
-/// for it, before it is told the head went backwards.
-const RESUME_WAIT: std::time::Duration = std::time::Duration::from_secs(5);
-
-/// Feeds one reader until it leaves or the server drains.
-async fn follow(state: AdminState, resume: Option<u64>, tx: mpsc::Sender<Event>) {
-    // Subscribed before anything is read, so nothing falls between the replay and live.
-    let mut snapshots = state.index.subscribe();
-    let mut clients = state.clients.as_ref().map(|r| r.events.subscribe());
-    let mut draining = state.draining.clone();
-    let mut snapshot = snapshots.borrow_and_update().clone();
-    if let Some(resume) = resume
-        && resume > snapshot.revision
-    {
-        // A reader ahead of this replica's index: another replica served it, or it resumes
-        // from the revision its own write returned, which the index takes in a moment after
-        // the commit. Only if the index does not get there is the head behind it (a restored
-        // database).
-        if let Ok(caught_up) = tokio::time::timeout(RESUME_WAIT, state.index.wait_for(resume)).await
-        {
-            snapshot = caught_up;
-        }
+    if state.is_draining() {
+        return Err(ApiError::Busy {
+            code: "draining",
+            detail: "the server is shutting down; follow another replica".into(),
+        });
     }
-    let mut last = resume.unwrap_or(snapshot.revision);
-    if last > snapshot.revision {
-        last = snapshot.revision;
-        if send(&tx, reset_event(last)).await.is_err() {
-            return;
-        }
+    let slot = state.events.join(&state).map_err(|_| ApiError::Busy {
+        code: "too_many_event_readers",
+        detail: format!(
+            "{} event streams are open, as many as this server allows (--max-event-readers); \
+             try again later",
+            state.events.max_readers
+        ),
+    })?;
+    if let Some(Extension(connection)) = connection {
+        connection.mark();
     }
-    // The replay first, then `hello`: its id is where a reader that drops now resumes.
-    if catch_up(&state, &snapshot, &mut last, &tx).await.is_err() {
-        return;
-    }
-    let hello = HelloEvent {
-        revision: last,
-        clients: clients.is_some(),
+    state.metrics.event_readers.inc();
+    let reader = Reader {
+        keep_alive: state.events_keep_alive,
+        last: slot.joined_at,
+        state,
+        slot,
+        resume,
+        phase: Phase::Resolve,
+        pending: VecDeque::new(),
     };
-    if send(&tx, json_event("hello", &hello).id(last.to_string()))
-        .await
-        .is_err()
-    {
-        return;
-    }
-    loop {
-        tokio::select! {
-            changed = snapshots.changed() => {
-                if changed.is_err() {
-                    return;
-                }
-                let snapshot = snapshots.borrow_and_update().clone();
-                if snapshot.revision < last {
-                    last = snapshot.revision;
-                    if send(&tx, reset_event(last)).await.is_err() {
-                        return;
-                    }
-                }
-                if catch_up(&state, &snapshot, &mut last, &tx).await.is_err() {
-                    return;
-                }
-            }
-            event = next_client_event(&mut clients) => {
-                let event = match event {
-                    Ok(event) => json_event(event.name(), &*event),
-                    Err(broadcast::error::RecvError::Lagged(missed)) => {
-                        json_event("lagged", &LaggedEvent { missed })
-                    }
-                    Err(broadcast::error::RecvError::Closed) => {
-                        clients = None;
-                        continue;
-                    }
-                };
-                if send(&tx, event).await.is_err() {
-                    return;
-                }
-            }
-            () = tx.closed() => return,
-            () = until_draining(&mut draining) => return,
-        }
-    }
+    let stream = futures::stream::unfold(reader, |mut reader| async move {
+        let bytes = reader.next().await?;
+        Some((Ok::<_, Infallible>(bytes), reader))
+    });
+    let mut response = Response::new(Body::from_stream(stream));
+    let headers = response.headers_mut();
+    headers.insert(
+        header::CONTENT_TYPE,
+        HeaderValue::from_static("text/event-stream"),
+    );
+    headers.insert(header::CACHE_CONTROL, HeaderValue::from_static("no-cache"));
+    // nginx buffers responses (Server-Sent Events too) unless told not to.
+    headers.insert("x-accel-buffering", HeaderValue::from_static("no"));
+    Ok(response)
 }
 
-async fn next_client_event(
-    clients: &mut Option<broadcast::Receiver<Arc<ClientEvent>>>,
-) -> Result<Arc<ClientEvent>, broadcast::error::RecvError> {
-    match clients {
-        Some(receiver) => receiver.recv().await,
-        None => std::future::pending().await,
-    }
-}
-
-async fn until_draining(draining: &mut Option<tokio::sync::watch::Receiver<bool>>) {
+pub(crate) async fn until_draining(draining: &mut Option<tokio::sync::watch::Receiver<bool>>) {
     match draining {
         Some(d) => {
             if d.wait_for(|draining| *draining).await.is_err() {
@@ -296,76 +303,192 @@ async fn until_draining(draining: &mut Option<tokio::sync::watch::Receiver<bool>
     }
 }
 
-/// Sends every revision after `last` up to `snapshot`'s: from the index's change lists, and
-/// from the store's history for the older ones the index no longer keeps.
-async fn catch_up(
-    state: &AdminState,
-    snapshot: &Snapshot,
-    last: &mut u64,
-    tx: &mpsc::Sender<Event>,
-) -> Result<(), Gone> {
-    if snapshot.revision <= *last {
-        return Ok(());
+/// How long a reader resuming from a revision neither this replica's index nor the store has
+/// reached yet waits for it (it resumes from what its own write is about to return), before
+/// it is told the head went backwards.
+const RESUME_WAIT: Duration = Duration::from_secs(5);
+
+#[derive(Debug, Clone, Copy)]
+enum Phase {
+    /// Where to start: `Last-Event-ID`, checked against the index and the store.
+    Resolve,
+    /// Revisions up to where the reader joined the hub.
+    Replay,
+    /// Frames from the hub.
+    Live,
+    Done,
+}
+
+/// One reader's stream: its queue in the hub and where it is.
+struct Reader {
+    state: AdminState,
+    slot: Slot,
+    resume: Option<u64>,
+    /// The newest revision this reader has (or had when it resumed).
+    last: u64,
+    phase: Phase,
+    /// Frames made for this reader alone (the replay, `hello`).
+    pending: VecDeque<Bytes>,
+    keep_alive: Duration,
+}
+
+impl Drop for Reader {
+    fn drop(&mut self) {
+        self.state.metrics.event_readers.dec();
     }
-    let oldest_remembered = snapshot
-        .revisions_since(*last)
-        .next()
-        .map_or(snapshot.revision + 1, |r| r.revision);
-    // A reader resuming from before what the history retention kept cannot be told what it
-    // missed: it starts over from the present.
-    if *last + 1 < oldest_remembered
-        && let Ok(oldest_kept) = state.store.oldest_kept_revision().await
-        && *last + 1 < oldest_kept
-    {
-        *last = snapshot.revision;
-        return send(tx, reset_event(*last)).await;
+}
+
+impl Reader {
+    async fn next(&mut self) -> Option<Bytes> {
+        loop {
+            if let Some(bytes) = self.pending.pop_front() {
+                return Some(bytes);
+            }
+            if self.slot.queue.is_closed() {
+                return None;
+            }
+            match self.phase {
+                Phase::Resolve => {
+                    self.resolve().await;
+                    self.phase = Phase::Replay;
+                }
+                Phase::Replay if self.last < self.slot.joined_at => self.replay_page().await,
+                Phase::Replay => {
+                    let hello = HelloEvent {
+                        revision: self.last,
+                        clients: self.state.clients.is_some(),
+                    };
+                    self.pending
+                        .push_back(frame("hello", Some(self.last), &hello));
+                    self.phase = Phase::Live;
+                }
+                Phase::Live => {
+                    let queue = self.slot.queue.clone();
+                    let next = std::future::poll_fn(|cx| queue.poll_next(cx));
+                    let Ok(next) = tokio::time::timeout(self.keep_alive, next).await else {
+                        return Some(Bytes::from_static(b":\n\n"));
+                    };
+                    match next {
+                        Next::Closed => return None,
+                        Next::Overflowed => {
+                            self.phase = Phase::Done;
+                            return Some(reset_frame(self.last, ResetReason::SlowReader));
+                        }
+                        Next::Frame(frame) => match frame.kind {
+                            Kind::Revision(n) if n > self.last => {
+                                self.last = n;
+                                return Some(frame.bytes);
+                            }
+                            Kind::Reset(n) if n < self.last => {
+                                self.last = n;
+                                return Some(frame.bytes);
+                            }
+                            Kind::Revision(_) | Kind::Reset(_) => {}
+                            Kind::Client => return Some(frame.bytes),
+                        },
+                    }
+                }
+                Phase::Done => return None,
+            }
+        }
     }
-    // What the index forgot (or a reader resuming from long ago): the store's history, a page
-    // at a time, once for this reader.
-    while *last + 1 < oldest_remembered {
-        let page = match state.store.revisions(*last, REPLAY_PAGE).await {
-            Ok(page) => page,
+
+    /// Where the reader starts. A `Last-Event-ID` ahead of this replica's index is normal on
+    /// a replica a little behind (or right after the reader's own write): if the store has
+    /// that revision, the reader simply skips the revisions up to it as they arrive. Only a
+    /// revision the store does not have either (after a short wait for a write in flight) is
+    /// a head that went back.
+    async fn resolve(&mut self) {
+        let Some(resume) = self.resume else {
+            return;
+        };
+        let indexed = self.state.index.snapshot().revision;
+        if resume <= indexed {
+            self.last = resume;
+            return;
+        }
+        if matches!(self.state.store.head_revision().await, Ok(head) if head >= resume) {
+            self.last = resume;
+            return;
+        }
+        let waited = tokio::time::timeout(RESUME_WAIT, self.state.index.wait_for(resume)).await;
+        if waited.is_ok() {
+            self.last = resume;
+            return;
+        }
+        self.last = self.state.index.snapshot().revision;
+        self.pending
+            .push_back(reset_frame(self.last, ResetReason::HeadWentBack));
+    }
+
+    /// The next page of revisions after `last` (up to where the reader joined the hub): from
+    /// the index's change lists, or from the store's history for what the index forgot.
+    async fn replay_page(&mut self) {
+        let until = self.slot.joined_at;
+        let oldest_remembered = {
+            // Held only while this page is serialised.
+            let snapshot = self.state.index.snapshot();
+            let oldest = snapshot
+                .revisions_since(self.last)
+                .next()
+                .map_or(snapshot.revision + 1, |r| r.revision);
+            if self.last + 1 >= oldest {
+                for change in snapshot
+                    .revisions_since(self.last)
+                    .take_while(|c| c.revision <= until)
+                    .take(REPLAY_PAGE)
+                {
+                    let event = RevisionEvent::of_index(change);
+                    self.pending
+                        .push_back(frame("revision", Some(change.revision), &event));
+                    self.last = change.revision;
+                }
+                if self.pending.is_empty() {
+                    self.last = until;
+                }
+                return;
+            }
+            oldest
+        };
+        let upto = (oldest_remembered - 1).min(until);
+        // A reader resuming from before what the history retention kept cannot be told what
+        // it missed: it starts over from where it joined.
+        if let Ok(oldest_kept) = self.state.store.oldest_kept_revision().await
+            && self.last + 1 < oldest_kept
+        {
+            self.history_pruned(until);
+            return;
+        }
+        match self.state.store.revisions(self.last, REPLAY_PAGE).await {
+            // Pruned between the check above and this page (or between pages): a gap.
+            Ok(page) if page.first().is_some_and(|r| r.revision > self.last + 1) => {
+                self.history_pruned(until);
+            }
+            Ok(page) => {
+                for revision in page.iter().filter(|r| r.revision <= upto) {
+                    let event = RevisionEvent::of_store(revision);
+                    self.pending
+                        .push_back(frame("revision", Some(revision.revision), &event));
+                    self.last = revision.revision;
+                }
+                if page.last().is_none_or(|r| r.revision >= upto) {
+                    self.last = self.last.max(upto);
+                }
+            }
             Err(e) => {
                 tracing::warn!(error = %e, "replaying revisions for an event stream failed");
-                // The reader resumes from the index; it is told which revisions it missed.
-                let missed = oldest_remembered - *last - 1;
-                *last = oldest_remembered - 1;
-                return send(tx, json_event("lagged", &LaggedEvent { missed })).await;
+                // The reader goes on from the index; it is told how many revisions it missed.
+                let missed = upto - self.last;
+                self.last = upto;
+                self.pending
+                    .push_back(frame("lagged", None, &LaggedEvent { missed }));
             }
-        };
-        let Some(newest) = page.last().map(|r| r.revision) else {
-            break;
-        };
-        for revision in page.iter().filter(|r| r.revision < oldest_remembered) {
-            let event = RevisionEvent {
-                revision: revision.revision,
-                committed_at: timestamp(revision.created_at_ms),
-                author: revision.author.clone(),
-                message: revision.message.clone(),
-                changed: revision
-                    .changes
-                    .iter()
-                    .map(|c| changed_name(&c.key))
-                    .collect(),
-            };
-            send(tx, revision_event(&event)).await?;
-            *last = revision.revision;
-        }
-        if newest >= oldest_remembered - 1 {
-            break;
         }
     }
-    for change in snapshot.revisions_since(*last) {
-        let event = RevisionEvent {
-            revision: change.revision,
-            committed_at: timestamp(change.committed_at_ms),
-            author: change.author.as_deref().map(str::to_owned),
-            message: change.message.as_deref().map(str::to_owned),
-            changed: change.changed.iter().map(changed_name).collect(),
-        };
-        send(tx, revision_event(&event)).await?;
-        *last = change.revision;
+
+    fn history_pruned(&mut self, until: u64) {
+        self.last = until;
+        self.pending
+            .push_back(reset_frame(self.last, ResetReason::HistoryPruned));
     }
-    *last = (*last).max(snapshot.revision);
-    Ok(())
 }

@@ -110,12 +110,29 @@ pub(crate) async fn report(
     })
 }
 
+/// The type whose subscribers a resource reaches: its own, except for a list collection's
+/// options (named by the collection's URN), which reach the collection's subscribers.
+fn subscribed_as(key: &vxds_store::ResourceKey) -> std::borrow::Cow<'_, str> {
+    use vxds_envoy::collections::LIST_COLLECTION_OPTIONS_TYPE_URL;
+    if key.type_url == LIST_COLLECTION_OPTIONS_TYPE_URL
+        && let Ok(urn) = vxds_core::xdstp::XdstpUrn::parse(&key.name)
+    {
+        return format!(
+            "{}{}",
+            vxds_envoy::resource::TYPE_URL_PREFIX,
+            urn.resource_type()
+        )
+        .into();
+    }
+    key.type_url.as_str().into()
+}
+
 fn compute(summary: &ClientSummary, previews: &[Preview]) -> Vec<ResourceImpactRepr> {
     let population = Population::new(summary);
     previews
         .iter()
         .map(|p| {
-            let groups = population.groups(&p.key.type_url, &p.key.name);
+            let groups = population.groups(&subscribed_as(&p.key), &p.key.name);
             let impact = resource_impact(&p.before, &p.after, &groups);
             let change = match (p.before.is_empty(), p.after.is_empty()) {
                 (true, _) => ChangeKind::Created,

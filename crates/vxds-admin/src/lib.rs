@@ -69,6 +69,8 @@ pub struct AdminState {
     draining: Option<tokio::sync::watch::Receiver<bool>>,
     /// How often an idle `GET /v1/events` stream gets a keep-alive comment.
     pub events_keep_alive: std::time::Duration,
+    /// The event streams' hub: their readers, its limits.
+    pub events: Arc<events::hub::Hub>,
     openapi_json: Arc<serde_json::Value>,
 }
 
@@ -98,6 +100,7 @@ impl AdminState {
             identity_template: None,
             draining: None,
             events_keep_alive: events::KEEP_ALIVE,
+            events: Arc::default(),
             openapi_json: Arc::new(openapi_json),
         }
     }
@@ -164,6 +167,13 @@ impl AdminState {
         self
     }
 
+    /// At most `max_readers` event streams (`--max-event-readers`), each at most `queue_bytes`
+    /// behind before it is reset.
+    pub fn with_event_limits(mut self, max_readers: usize, queue_bytes: usize) -> Self {
+        self.events = Arc::new(events::hub::Hub::new(max_readers, queue_bytes));
+        self
+    }
+
     /// Shows the streams of the xDS server in `/v1/clients`.
     pub fn with_clients(mut self, clients: Arc<vxds_xds::Registry>) -> Self {
         self.clients = Some(clients);
@@ -226,6 +236,7 @@ fn api_router() -> OpenApiRouter<AdminState> {
         .routes(routes!(resolve::resolve))
         .routes(routes!(revisions::list))
         .routes(routes!(revisions::get))
+        .routes(routes!(revisions::changes))
         .routes(routes!(revisions::restore))
         .routes(routes!(clients::list))
         .routes(routes!(events::events))

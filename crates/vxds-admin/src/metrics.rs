@@ -33,6 +33,8 @@ pub struct AdminMetrics {
     pub head_revision: Gauge<u64, AtomicU64>,
     pub index_revision: Gauge<u64, AtomicU64>,
     pub index_resources: Gauge<u64, AtomicU64>,
+    pub event_readers: Gauge,
+    pub event_readers_dropped: Counter,
 }
 
 impl AdminMetrics {
@@ -62,6 +64,16 @@ impl AdminMetrics {
             "vxds_index_resources",
             "Resources in the in-memory index",
             metrics.index_resources.clone(),
+        );
+        registry.register(
+            "vxds_event_readers",
+            "Open GET /v1/events streams",
+            metrics.event_readers.clone(),
+        );
+        registry.register(
+            "vxds_event_readers_reset",
+            "Event-stream readers that fell further behind than their queue holds and were reset",
+            metrics.event_readers_dropped.clone(),
         );
         metrics
     }

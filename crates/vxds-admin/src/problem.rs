@@ -248,6 +248,11 @@ pub enum ApiError {
         warnings: Vec<ProblemItem>,
     },
     Unavailable,
+    /// 503 for a reason other than the store: `code` names it; with `Retry-After`.
+    Busy {
+        code: &'static str,
+        detail: String,
+    },
     Internal,
 }
 
@@ -331,7 +336,7 @@ impl ApiError {
             ApiError::PayloadTooLarge { .. } => StatusCode::PAYLOAD_TOO_LARGE,
             ApiError::UnsupportedMediaType(_) => StatusCode::UNSUPPORTED_MEDIA_TYPE,
             ApiError::Invalid { .. } => StatusCode::UNPROCESSABLE_ENTITY,
-            ApiError::Unavailable => StatusCode::SERVICE_UNAVAILABLE,
+            ApiError::Unavailable | ApiError::Busy { .. } => StatusCode::SERVICE_UNAVAILABLE,
             ApiError::Internal => StatusCode::INTERNAL_SERVER_ERROR,
         }
     }
@@ -352,7 +357,7 @@ impl ApiError {
             ApiError::PayloadTooLarge { .. } => "payload-too-large",
             ApiError::UnsupportedMediaType(_) => "unsupported-media-type",
             ApiError::Invalid { .. } => "validation-failed",
-            ApiError::Unavailable => "unavailable",
+            ApiError::Unavailable | ApiError::Busy { .. } => "unavailable",
             ApiError::Internal => "internal",
         }
     }
@@ -410,6 +415,10 @@ impl ApiError {
                 vec![],
             ),
             ApiError::Unavailable => ("the store is unavailable; try again".into(), vec![], vec![]),
+            ApiError::Busy { code, detail } => {
+                let item = ProblemItem::new("", code, detail.clone());
+                (detail, vec![item], vec![])
+            }
             ApiError::Internal => (
                 "an internal error occurred; it has been logged".into(),
                 vec![],
@@ -431,7 +440,7 @@ impl IntoResponse for ApiError {
     fn into_response(self) -> Response {
         let status = self.status();
         let unauthorized = matches!(self, ApiError::Unauthorized(_));
-        let unavailable = matches!(self, ApiError::Unavailable);
+        let unavailable = matches!(self, ApiError::Unavailable | ApiError::Busy { .. });
         let allow = match &self {
             ApiError::MethodNotAllowed { allow } => HeaderValue::from_str(allow).ok(),
             _ => None,

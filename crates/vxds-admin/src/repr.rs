@@ -154,16 +154,29 @@ pub struct RevisionRepr {
     pub created_at: String,
     pub author: Option<String>,
     pub message: Option<String>,
+    /// How many resources the revision changed.
+    pub change_count: usize,
+    /// The first of them (at most 10; `GET /v1/revisions/{revision}/changes` has them all).
     pub changes: Vec<ChangeRepr>,
 }
 
-pub fn revision_repr(revision: &Revision) -> RevisionRepr {
+/// Changes a revision in a list shows.
+pub const CHANGES_SHOWN: usize = 10;
+
+/// A revision with its first `shown` changes and how many there are.
+pub fn revision_repr(revision: &Revision, shown: usize) -> RevisionRepr {
     RevisionRepr {
         revision: revision.revision,
         created_at: timestamp(revision.created_at_ms),
         author: revision.author.clone(),
         message: revision.message.clone(),
-        changes: revision.changes.iter().map(change_repr).collect(),
+        change_count: revision.changes.len(),
+        changes: revision
+            .changes
+            .iter()
+            .take(shown)
+            .map(change_repr)
+            .collect(),
     }
 }
 

@@ -219,6 +219,7 @@ fn etag(version: &str) -> HeaderValue {
     responses(
         (status = 200, description = "The resource", body = ResourceRepr, headers(("ETag" = String, description = "The resource version"))),
         (status = 304, description = "Unchanged since the `If-None-Match` tag"),
+        (status = 412, description = "`If-Match` does not hold: the resource is at another version (strong comparison) or, with `*`, does not exist", body = ProblemBody, content_type = "application/problem+json"),
         (status = 400, description = "A bad parameter", body = ProblemBody, content_type = "application/problem+json"),
         (status = 404, description = "No such resource", body = ProblemBody, content_type = "application/problem+json"),
         ReadProblems,
@@ -230,7 +231,22 @@ pub async fn get(
     path: ResourcePath,
     headers: HeaderMap,
 ) -> Result<Response, ApiError> {
-    let Some(stored) = state.store.get(&path.key).await? else {
+    let if_match = conditional::parse(&headers, &header::IF_MATCH)?;
+    let stored = state.store.get(&path.key).await?;
+    // If-Match first (RFC 9110 §13.2.2): a read of another version than asked is 412.
+    if let Some(tags) = &if_match
+        && !conditional::match_holds(tags, stored.as_ref().map(|s| s.version.as_str()))
+    {
+        let message = match &stored {
+            Some(s) => format!(
+                "the resource is at version {}, which `If-Match` does not list",
+                s.version
+            ),
+            None => "the resource does not exist, so `If-Match` cannot hold".to_owned(),
+        };
+        return Err(conditional::read_precondition_failed(message));
+    }
+    let Some(stored) = stored else {
         return Err(not_found(&path));
     };
     if let Some(tags) = conditional::parse(&headers, &header::IF_NONE_MATCH)?

@@ -14,7 +14,7 @@ use crate::body::Payload;
 use crate::changesets;
 use crate::problem::{ApiError, ProblemBody, ProblemItem, ReadProblems, WriteProblems};
 use crate::query::{PathParams, Query};
-use crate::repr::{ChangeRepr, RevisionRepr, change_repr, revision_repr};
+use crate::repr::{CHANGES_SHOWN, ChangeRepr, RevisionRepr, change_repr, revision_repr};
 
 mod diff;
 
@@ -33,13 +33,14 @@ pub struct RevisionParams {
 
 #[derive(Debug, Serialize, ToSchema)]
 pub struct RevisionList {
-    /// Oldest first.
+    /// Oldest first, each with its `change_count` and first 10 `changes`.
     pub revisions: Vec<RevisionRepr>,
     /// Pass as `after` for the next page; null on the last page.
     pub next_after: Option<u64>,
 }
 
-/// List revisions, oldest first.
+/// List revisions, oldest first: each with how many resources it changed and the first 10
+/// (`GET /v1/revisions/{revision}/changes` pages through all of them).
 #[utoipa::path(
     get,
     path = "/v1/revisions",
@@ -47,7 +48,7 @@ pub struct RevisionList {
     tag = "revisions",
     params(RevisionParams),
     responses(
-        (status = 200, description = "Revisions", body = RevisionList),
+        (status = 200, description = "Revisions, each summarised: `change_count` and the first 10 `changes`", body = RevisionList),
         (status = 400, description = "A bad parameter", body = ProblemBody, content_type = "application/problem+json"),
         ReadProblems,
     ),
@@ -78,8 +79,87 @@ pub async fn list(
         .then(|| revisions.last().map(|r| r.revision))
         .flatten();
     Ok(Json(RevisionList {
-        revisions: revisions.iter().map(revision_repr).collect(),
+        revisions: revisions
+            .iter()
+            .map(|r| revision_repr(r, CHANGES_SHOWN))
+            .collect(),
         next_after,
+    }))
+}
+
+#[derive(Debug, Deserialize, IntoParams)]
+#[into_params(parameter_in = Query)]
+pub struct ChangeParams {
+    /// Changes after this many (default 0: from the first); `next_after` of the page before.
+    #[param(minimum = 0)]
+    after: Option<u64>,
+    /// At most this many, 1 to 1000 (default 1000).
+    #[param(minimum = 1, maximum = 1000)]
+    limit: Option<u32>,
+}
+
+#[derive(Debug, Serialize, ToSchema)]
+pub struct ChangeList {
+    pub revision: u64,
+    /// How many resources the revision changed.
+    pub change_count: usize,
+    /// In the revision's order.
+    pub changes: Vec<ChangeRepr>,
+    /// Pass as `after` for the next page; null on the last page.
+    pub next_after: Option<u64>,
+}
+
+/// Every resource one revision changed, a page at a time.
+#[utoipa::path(
+    get,
+    path = "/v1/revisions/{revision}/changes",
+    operation_id = "listRevisionChanges",
+    tag = "revisions",
+    params(
+        ("revision" = u64, Path, description = "The revision number", minimum = 1, maximum = 9223372036854775807_i64),
+        ChangeParams,
+    ),
+    responses(
+        (status = 200, description = "At most `limit` of the revision's changes after the first `after`", body = ChangeList),
+        (status = 400, description = "A bad parameter", body = ProblemBody, content_type = "application/problem+json"),
+        (status = 404, description = "No such revision", body = ProblemBody, content_type = "application/problem+json"),
+        ReadProblems,
+    ),
+    security(("bearer" = []), ())
+)]
+pub async fn changes(
+    State(state): State<AdminState>,
+    path: PathParams,
+    Query(params): Query<ChangeParams>,
+) -> Result<Json<ChangeList>, ApiError> {
+    let n = revision_number(&path)?;
+    let limit = params.limit.unwrap_or(1000);
+    if !(1..=1000).contains(&limit) {
+        return Err(ApiError::bad_parameter(
+            "limit",
+            "invalid_limit",
+            "limit must be between 1 and 1000",
+        ));
+    }
+    let after = params.after.unwrap_or(0);
+    let found = match n {
+        0 => Vec::new(),
+        n => state.store.revisions(n - 1, 1).await?,
+    };
+    let Some(revision) = found.into_iter().find(|r| r.revision == n) else {
+        return Err(ApiError::NotFound(format!("there is no revision {n}")));
+    };
+    let count = revision.changes.len();
+    let start = usize::try_from(after).unwrap_or(usize::MAX).min(count);
+    let end = start.saturating_add(limit as usize).min(count);
+    Ok(Json(ChangeList {
+        revision: n,
+        change_count: count,
+        changes: revision.changes[start..end]
+            .iter()
+            .map(change_repr)
+            .collect(),
+        next_after: (end < count).then_some(end as u64),
     }))
 }
 

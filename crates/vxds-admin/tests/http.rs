@@ -12,6 +12,8 @@ mod hardening;
 mod impact;
 #[path = "http/outage.rs"]
 mod outage;
+#[path = "http/pages.rs"]
+mod pages;
 #[path = "http/restore.rs"]
 mod restore;
 #[path = "http/shared.rs"]
@@ -459,6 +461,36 @@ async fn if_match_guards_writes(db: TestDb) {
         412,
     );
     let new_etag = ok.headers["etag"].to_str().unwrap().to_owned();
+    // Reads too (RFC 9110 §13.1.1): a GET whose If-Match fails is 412, not the resource.
+    let read = |tag: String| {
+        let api = &api;
+        async move {
+            api.call(
+                Method::GET,
+                "/v1/resources/route/web",
+                None,
+                &[("if-match", &tag)],
+            )
+            .await
+        }
+    };
+    let stale_read = read(etag.clone()).await;
+    assert_problem(&stale_read, 412);
+    assert_eq!(stale_read.body["errors"][0]["code"], "precondition_failed");
+    assert!(stale_read.text.contains("If-Match"), "{}", stale_read.text);
+    assert_eq!(read(new_etag.clone()).await.status, StatusCode::OK);
+    assert_eq!(read("*".into()).await.status, StatusCode::OK);
+    assert_problem(&read(format!("W/{new_etag}")).await, 412);
+    assert_problem(
+        &api.call(
+            Method::GET,
+            "/v1/resources/route/nothing",
+            None,
+            &[("if-match", "*")],
+        )
+        .await,
+        412,
+    );
     assert_eq!(
         api.call(
             Method::DELETE,

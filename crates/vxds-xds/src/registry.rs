@@ -417,6 +417,31 @@ impl Registry {
         }
     }
 
+    /// At most `limit` streams' statuses with ids above `after`, by stream id, and whether
+    /// more follow: only those are copied.
+    pub fn clients_page(&self, after: u64, limit: usize) -> (Vec<ClientStatus>, bool) {
+        let mut page: Vec<(u64, Arc<Mutex<ClientStatus>>)> = match self.indexes.lock() {
+            Ok(indexes) => indexes
+                .streams
+                .iter()
+                .filter(|(id, _)| **id > after)
+                .map(|(id, e)| (*id, e.status.clone()))
+                .collect(),
+            Err(_) => Vec::new(),
+        };
+        let more = page.len() > limit;
+        if more {
+            page.select_nth_unstable_by_key(limit, |(id, _)| *id);
+            page.truncate(limit);
+        }
+        page.sort_unstable_by_key(|(id, _)| *id);
+        let clients = page
+            .iter()
+            .filter_map(|(_, s)| s.lock().ok().map(|s| s.clone()))
+            .collect();
+        (clients, more)
+    }
+
     /// Every stream's status, by stream id.
     pub fn clients(&self) -> Vec<ClientStatus> {
         let statuses = self.statuses();

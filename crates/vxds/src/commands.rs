@@ -6,6 +6,7 @@ pub mod dev_certs;
 pub mod diff;
 pub mod export;
 pub mod impact;
+pub mod prune;
 pub mod resolve;
 pub mod rollback;
 pub mod token;

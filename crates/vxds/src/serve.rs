@@ -100,6 +100,10 @@ pub struct ServeArgs {
     /// Serve CSDS on the xDS port (what each client holds; secret bodies are never returned).
     #[arg(long, env = "VXDS_XDS_CSDS", default_value_t = true, action = clap::ArgAction::Set)]
     pub xds_csds: bool,
+    /// At most this many `GET /v1/events` streams at once (503 beyond): each holds a socket
+    /// and a queue of up to 1 MiB of events it has not read yet.
+    #[arg(long, env = "VXDS_MAX_EVENT_READERS", default_value_t = vxds_admin::events::hub::MAX_READERS, value_parser = clap::builder::RangedU64ValueParser::<usize>::new().range(1..=100_000))]
+    pub max_event_readers: usize,
     /// After the drain, how long shutdown still waits for connections before cutting them.
     #[arg(long, env = "VXDS_SHUTDOWN_DEADLINE", default_value = "10s", value_parser = humantime::parse_duration)]
     pub shutdown_deadline: std::time::Duration,
@@ -360,7 +364,8 @@ pub async fn run(args: ServeArgs) -> anyhow::Result<ExitCode> {
     .with_clients(xds.registry())
     .with_replica_id(replica_id.clone())
     .with_origin_policy(origins)
-    .with_identity_template(template.clone());
+    .with_identity_template(template.clone())
+    .with_event_limits(args.max_event_readers, vxds_admin::events::hub::QUEUE_BYTES);
     // Set on the signal: `/readyz` turns 503 while xDS drains.
     let (draining, drain_signal) = tokio::sync::watch::channel(false);
     let state = state.with_drain_signal(drain_signal);
@@ -607,7 +612,9 @@ fn raise_open_file_limit() {
 }
 
 /// The admin API, as `axum::serve` would run it, with a header read timeout (axum sets no
-/// timer, so hyper enforces none), until `stop`; then open connections finish gracefully.
+/// timer, so hyper enforces none), until `stop`; then open connections finish gracefully —
+/// except those that carried an event stream: those streams ended when the drain began, and
+/// one whose reader stopped reading would hold shutdown to the deadline, so they are cut.
 async fn serve_admin(
     listener: TcpListener,
     app: axum::Router,
@@ -626,6 +633,7 @@ async fn serve_admin(
         .timer(TokioTimer::new())
         .header_read_timeout(header_read_timeout);
     let graceful = GracefulShutdown::new();
+    let (stopped, stopping) = tokio::sync::watch::channel(false);
     tokio::pin!(stop);
     loop {
         let (stream, remote) = tokio::select! {
@@ -640,15 +648,23 @@ async fn serve_admin(
             },
             () = &mut stop => break,
         };
-        let service = TowerToHyperService::new(app.clone());
+        let events = vxds_admin::events::hub::StreamConnection::default();
+        let service = TowerToHyperService::new(tower::ServiceExt::map_request(
+            app.clone(),
+            marking(events.clone()),
+        ));
+        let cut = cut_event_streams(stopping.clone(), events);
         let Some(tls) = &tls else {
             let connection = builder
                 .serve_connection_with_upgrades(TokioIo::new(stream), service)
                 .into_owned();
             let connection = graceful.watch(connection);
             tokio::spawn(async move {
-                if let Err(e) = connection.await {
-                    tracing::debug!(error = %e, "admin connection ended with an error");
+                tokio::select! {
+                    ended = connection => if let Err(e) = ended {
+                        tracing::debug!(error = %e, "admin connection ended with an error");
+                    },
+                    () = cut => tracing::debug!("cut an event-stream connection at shutdown"),
                 }
             });
             continue;
@@ -664,14 +680,38 @@ async fn serve_admin(
                 }
             };
             let connection = builder.serve_connection_with_upgrades(TokioIo::new(stream), service);
-            if let Err(e) = watcher.watch(connection.into_owned()).await {
-                tracing::debug!(error = %e, "admin connection ended with an error");
+            tokio::select! {
+                ended = watcher.watch(connection.into_owned()) => if let Err(e) = ended {
+                    tracing::debug!(error = %e, "admin connection ended with an error");
+                },
+                () = cut => tracing::debug!("cut an event-stream connection at shutdown"),
             }
         });
     }
     drop(listener);
+    let _ = stopped.send(true);
     graceful.shutdown().await;
     Ok(())
+}
+
+/// Gives each request the connection's marker, which `GET /v1/events` sets.
+fn marking<B>(
+    events: vxds_admin::events::hub::StreamConnection,
+) -> impl Fn(axum::http::Request<B>) -> axum::http::Request<B> + Clone {
+    move |mut request| {
+        request.extensions_mut().insert(events.clone());
+        request
+    }
+}
+
+/// Resolves at shutdown if the connection carried an event stream.
+async fn cut_event_streams(
+    mut stopping: tokio::sync::watch::Receiver<bool>,
+    events: vxds_admin::events::hub::StreamConnection,
+) {
+    if stopping.wait_for(|stop| *stop).await.is_err() || !events.carries_events() {
+        std::future::pending::<()>().await;
+    }
 }
 
 /// A future that resolves on SIGTERM or SIGINT (Ctrl-C). The handlers are installed now, not

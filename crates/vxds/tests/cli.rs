@@ -17,6 +17,8 @@ mod diff;
 mod impact;
 #[path = "cli/rollback.rs"]
 mod rollback;
+#[path = "cli/shutdown.rs"]
+mod shutdown;
 
 fn vxds() -> Command {
     let mut command = Command::new(env!("CARGO_BIN_EXE_vxds"));
@@ -224,13 +226,50 @@ async fn prune_deletes_what_the_fixtures_omit(db: TestDb) {
         .success()
     );
     let only_routes = fixtures.join("routes.yaml");
+    let routes = only_routes.to_str().unwrap();
+    // No scope: refused, nothing deleted (kubectl's `--prune` needs `-l` or `--all` too).
+    let unscoped = run(&["apply", "-f", routes, "--database-url", &url, "--prune"]);
+    assert_eq!(unscoped.status.code(), Some(2), "{}", stdout(&unscoped));
+    assert!(
+        stderr(&unscoped).contains("--prune needs a scope"),
+        "{}",
+        stderr(&unscoped)
+    );
+    // Scoped to clusters, as a dry run: the three clusters, nothing else, nothing written.
+    let clusters = ["--database-url", &url, "--prune", "--prune-type", "cluster"];
+    let dry = run(&[&["apply", "-f", routes, "--dry-run"][..], &clusters[..]].concat());
+    assert!(dry.status.success(), "{}", stderr(&dry));
+    let text = stdout(&dry);
+    assert!(text.contains("(dry run: nothing written)"), "{text}");
+    assert_eq!(text.matches("deleted").count(), 3, "{text}");
+    assert!(!text.contains("listener"), "{text}");
+    // `vxds diff --prune` shows the same deletions.
+    let diff = run(&[&["diff", "-f", routes][..], &clusters[..]].concat());
+    assert_eq!(diff.status.code(), Some(1), "{}", stderr(&diff));
+    let text = stdout(&diff);
+    for cluster in ["backend", "backend_eds", "backend_dns"] {
+        assert!(
+            text.contains(&format!("--- server/cluster/{cluster}\n+++ /dev/null")),
+            "{text}"
+        );
+    }
+    assert!(!text.contains("listener/http"), "{text}");
+    // A name prefix narrows it further.
+    let narrowed = run(&[
+        &["apply", "-f", routes, "--dry-run"][..],
+        &clusters[..],
+        &["--prune-prefix", "backend_"][..],
+    ]
+    .concat());
+    assert_eq!(stdout(&narrowed).matches("deleted").count(), 2);
     let pruned = run(&[
         "apply",
         "-f",
-        only_routes.to_str().unwrap(),
+        routes,
         "--database-url",
         &url,
         "--prune",
+        "--all",
     ]);
     assert!(pruned.status.success(), "{}", stderr(&pruned));
     let text = stdout(&pruned);

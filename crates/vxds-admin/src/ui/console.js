@@ -13,7 +13,11 @@ const state = {
   refreshTimer: null,
   view: null,
   notice: null,       // a message for the next render of the revisions page
+  clientPages: [0],   // the `after` of each clients page up to the one shown
 };
+
+// Clients per page of `GET /v1/clients`.
+const CLIENTS_PAGE = 100;
 
 // ---- DOM ----------------------------------------------------------------------------------
 
@@ -311,7 +315,9 @@ function coverageGrid(coverage, inputs) {
 // ---- clients ------------------------------------------------------------------------------
 
 async function renderClients() {
-  const { clients } = await api("GET", "/v1/clients");
+  const after = state.clientPages[state.clientPages.length - 1];
+  const { clients, next_after } = await api("GET", "/v1/clients?limit=" + CLIENTS_PAGE + "&after=" + after);
+  const page = state.clientPages.length;
   const rows = clients.map((c) => el("tr", { class: "client", dataset: { node: c.node_id, stream: c.stream_id } },
     el("td", {}, el("div", { class: "mono" }, c.node_id || "(no node id)"),
       el("div", { class: "muted" }, [c.node_cluster, c.user_agent].filter(Boolean).join(" · ")),
@@ -327,8 +333,15 @@ async function renderClients() {
         "sent " + (t.last_sent ? t.last_sent.version : "—") + " · acked " + (t.last_acked ? t.last_acked.version : "—")),
       t.last_nacked ? el("div", { class: "nack" + (isInError(t) ? "" : " past") },
         "NACK of " + t.last_nacked.version + " at " + t.last_nacked.at + ": " + t.last_nacked.message) : null)))));
+  const pager = el("p", { id: "clients-pager" },
+    page > 1 ? el("button", { id: "clients-first", type: "button", onclick: () => { state.clientPages = [0]; renderClients(); } }, "First page") : null,
+    " ",
+    next_after !== null && next_after !== undefined
+      ? el("button", { id: "clients-next", type: "button", onclick: () => { state.clientPages.push(next_after); renderClients(); } }, "Next page")
+      : null);
   show(el("h1", {}, "Connected clients"),
-    el("p", { class: "muted" }, clients.length + " stream(s)"),
+    el("p", { class: "muted" }, (page > 1 || next_after ? "page " + page + ": " : "") + clients.length + " stream(s)"),
+    pager,
     el("table", { id: "clients-table" },
       el("thead", {}, el("tr", {}, el("th", {}, "Client"), el("th", {}, "Per type: parameters, subscriptions, versions, refusals"))),
       el("tbody", {}, rows.length ? rows : el("tr", {}, el("td", { colspan: 2, class: "muted" }, "No client is connected.")))));
@@ -374,10 +387,27 @@ function revisionNode(r) {
       el("span", { class: "actions" },
         el("button", { class: "show-diff", type: "button", onclick: () => toggleDiff(r.revision, details) }, "Diff"),
         el("button", { class: "restore", type: "button", onclick: () => confirmRestore(r.revision, node) }, "Restore…"))),
-    el("div", { class: "muted mono" }, r.changes.map((c) => c.change + " " + (c.type || c.type_url) + " " + c.name).join(" · ")),
+    el("div", { class: "muted mono changes" }, r.changes.map((c) => c.change + " " + (c.type || c.type_url) + " " + c.name).join(" · "),
+      r.change_count > r.changes.length
+        ? el("button", { class: "all-changes", type: "button", onclick: (e) => allChanges(r.revision, e.target.parentNode) },
+          "and " + (r.change_count - r.changes.length) + " more")
+        : null),
     details);
   if (openDiffs.has(r.revision)) loadDiff(r.revision, details);
   return node;
+}
+
+// Every change of a revision, read a page at a time.
+async function allChanges(revision, node) {
+  const all = [];
+  let after = 0;
+  for (;;) {
+    const page = await api("GET", "/v1/revisions/" + revision + "/changes?after=" + after);
+    all.push(...page.changes);
+    if (page.next_after === null || page.next_after === undefined) break;
+    after = page.next_after;
+  }
+  node.replaceChildren(all.map((c) => c.change + " " + (c.type || c.type_url) + " " + c.name).join(" · "));
 }
 
 async function toggleDiff(revision, details) {
@@ -478,7 +508,8 @@ function onEvent(name, data) {
     case "revision":
       state.head = Math.max(state.head, body.revision);
       logEvent("revision " + body.revision + " by " + (body.author || "anonymous") + ": " + (body.message || "") +
-        " — " + body.changed.map((c) => (c.type || c.type_url) + " " + c.name).join(", "), "revision");
+        " — " + body.changed.map((c) => (c.type || c.type_url) + " " + c.name).join(", ") +
+        (body.change_count > body.changed.length ? " and " + (body.change_count - body.changed.length) + " more" : ""), "revision");
       refreshSoon(["resources", "resource", "revisions"]);
       break;
     case "client_connected":
@@ -502,6 +533,12 @@ function onEvent(name, data) {
       refreshSoon(["clients"]);
       break;
     case "reset":
+      if (body.reason === "slow_reader") {
+        // The stream ends; it resumes from this revision and the pages are read afresh.
+        logEvent("the console fell behind the event stream; catching up");
+        refreshSoon(["resources", "resource", "revisions", "clients"]);
+        break;
+      }
       state.head = body.revision;
       logEvent("the store's head went back to revision " + body.revision);
       refreshSoon(["resources", "resource", "revisions"]);

@@ -17,6 +17,7 @@ use super::*;
 on_both_backends!(
     revisions_stream_live_and_resume_after_last_event_id,
     a_resume_beyond_the_index_memory_reads_the_store,
+    a_resume_on_a_replica_behind_the_store_is_no_reset,
     a_resume_before_the_kept_history_is_reset,
     coverage_grid_of_a_stored_resource,
 );
@@ -190,7 +191,10 @@ async fn revisions_stream_live_and_resume_after_last_event_id(db: TestDb) {
     // A reader ahead of the head (a restored database) is told, and continues from the head.
     let mut ahead = SseReader::open(&api.base, Some(READ_TOKEN), Some("99")).await;
     let (name, id, data) = ahead.event().await;
-    assert_eq!((name.as_str(), &data), ("reset", &json!({"revision": 5})));
+    assert_eq!(
+        (name.as_str(), &data),
+        ("reset", &json!({"revision": 5, "reason": "head_went_back"}))
+    );
     assert_eq!(id.as_deref(), Some("5"));
     let (name, id, _) = ahead.event().await;
     assert_eq!((name.as_str(), id.as_deref()), ("hello", Some("5")));
@@ -263,49 +267,53 @@ async fn a_resume_beyond_the_index_memory_reads_the_store(db: TestDb) {
     server.abort();
 }
 
-/// Issue 21: a reader resuming from before the oldest revision the history retention kept
-/// gets `reset` at the head (it cannot be told what it missed); one resuming from just before
-/// the oldest kept revision is replayed as before.
-async fn a_resume_before_the_kept_history_is_reset(db: TestDb) {
+/// A reader resuming from a revision the store has but this replica's index has not reached
+/// (a replica a few seconds behind) gets no `reset` and no revision twice: `hello` at its
+/// revision, then what comes after it.
+async fn a_resume_on_a_replica_behind_the_store_is_no_reset(db: TestDb) {
     let store = db.store().await;
-    for n in 1..=4 {
+    for n in 1..=5 {
         let request: vxds_envoy::changeset::ChangesetRequest = serde_json::from_value(json!({
+            "message": format!("change {n}"),
             "operations": [{"op": "put", "type": "route", "name": format!("r{n}"),
                             "variants": [{"resource": route(&format!("r{n}"), "x")}]}],
         }))
         .unwrap();
-        store.apply(request, None).await.unwrap();
+        store.apply(request, Some("bob".into())).await.unwrap();
     }
-    let retention = vxds_store::Retention {
-        revisions: Some(2),
-        age: None,
-    };
-    assert_eq!(store.prune_all_at(&retention, 0).await.unwrap(), 3);
-    // A server started now: its index remembers the head revision only.
-    let api = serve_store(
-        store,
+    // A replica whose index is still at revision 3.
+    let mut batch = store.changes_since(0).await.unwrap();
+    batch.revisions.retain(|r| r.revision <= 3);
+    batch.revision = 3;
+    let index = vxds_store::Index::fixed(vxds_store::Snapshot::default().apply(batch));
+    let mut metrics_registry = Registry::default();
+    let metrics = Arc::new(AdminMetrics::register(&mut metrics_registry));
+    let state = AdminState::new(
+        store.clone(),
+        index,
         Tokens::none(),
+        metrics,
+        Arc::new(metrics_registry),
         DEFAULT_BODY_LIMIT,
-        vxds_admin::OriginPolicy::default(),
-    )
-    .await;
-    let mut reader = SseReader::open(&api.base, None, Some("1")).await;
+    );
+    let (base, server) = serve_state(state).await;
+    let mut reader = SseReader::open(&base, None, Some("5")).await;
     let (name, id, data) = reader.event().await;
     assert_eq!(
         (name.as_str(), id.as_deref()),
-        ("reset", Some("4")),
+        ("hello", Some("5")),
         "{data}"
     );
-    assert_eq!(data["revision"], 4);
-    let (name, id, _) = reader.event().await;
-    assert_eq!((name.as_str(), id.as_deref()), ("hello", Some("4")));
-    let mut reader = SseReader::open(&api.base, None, Some("2")).await;
-    for expected in ["3", "4"] {
-        let (name, id, _) = reader.event().await;
-        assert_eq!((name.as_str(), id.as_deref()), ("revision", Some(expected)));
-    }
-    let (name, _, _) = reader.event().await;
-    assert_eq!(name, "hello");
+    // From 4 on the lagging replica: revision 5 is not known here yet, so nothing is replayed
+    // and nothing is reset.
+    let mut reader = SseReader::open(&base, None, Some("4")).await;
+    let (name, id, data) = reader.event().await;
+    assert_eq!(
+        (name.as_str(), id.as_deref()),
+        ("hello", Some("4")),
+        "{data}"
+    );
+    server.abort();
 }
 
 /// The grid of a stored resource: keys, values with other and absent, each cell's variant,
@@ -587,4 +595,194 @@ async fn the_console_is_served_with_its_headers() {
         assert_problem(&rebound, 421);
     })
     .await;
+}
+
+/// The admin API with client events and the given event-stream limits; its metrics too.
+async fn serve_with_limits(
+    db: &TestDb,
+    max_readers: usize,
+    queue_bytes: usize,
+) -> (
+    String,
+    Arc<vxds_xds::Registry>,
+    Arc<AdminMetrics>,
+    Vec<tokio::task::JoinHandle<()>>,
+) {
+    let store = db.store().await;
+    let (index, follower) = index::start(store.clone()).await.unwrap();
+    let registry = Arc::new(vxds_xds::Registry::new(index.snapshot()));
+    let mut metrics_registry = Registry::default();
+    let metrics = Arc::new(AdminMetrics::register(&mut metrics_registry));
+    let state = AdminState::new(
+        store,
+        index,
+        Tokens::none(),
+        metrics.clone(),
+        Arc::new(metrics_registry),
+        DEFAULT_BODY_LIMIT,
+    )
+    .with_clients(registry.clone())
+    .with_event_limits(max_readers, queue_bytes);
+    let (base, server) = serve_state(state).await;
+    (base, registry, metrics, vec![server, follower])
+}
+
+/// `--max-event-readers`: beyond it a reader gets 503 (`too_many_event_readers`, with
+/// `Retry-After`); a reader that leaves frees its place. Streams say `X-Accel-Buffering: no`.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn readers_beyond_the_limit_are_refused() {
+    with_db(Db::Sqlite, |db| async move {
+        let (base, _registry, metrics, tasks) = serve_with_limits(&db, 2, 1 << 20).await;
+        let mut first = SseReader::open(&base, None, None).await;
+        assert_eq!(first.response.headers()["x-accel-buffering"], "no");
+        assert_eq!(first.response.headers()["cache-control"], "no-cache");
+        assert_eq!(first.event().await.0, "hello");
+        let mut second = SseReader::open(&base, None, None).await;
+        assert_eq!(second.event().await.0, "hello");
+        assert_eq!(metrics.event_readers.get(), 2);
+        let third = reqwest::get(format!("{base}/v1/events")).await.unwrap();
+        assert_eq!(third.status(), StatusCode::SERVICE_UNAVAILABLE);
+        assert!(third.headers().contains_key("retry-after"));
+        let body: Value = third.json().await.unwrap();
+        assert_eq!(
+            body["errors"][0]["code"], "too_many_event_readers",
+            "{body}"
+        );
+        drop(first);
+        // The server sees the reader leave when its connection closes.
+        let mut again = None;
+        for _ in 0..200 {
+            let reply = reqwest::get(format!("{base}/v1/events")).await.unwrap();
+            if reply.status() == StatusCode::OK {
+                again = Some(reply);
+                break;
+            }
+            tokio::time::sleep(Duration::from_millis(50)).await;
+        }
+        assert!(
+            again.is_some(),
+            "the place of a reader that left was never freed"
+        );
+        tasks.iter().for_each(|t| t.abort());
+    })
+    .await;
+}
+
+/// A reader that stops reading never holds more than its queue: once its socket and queue
+/// are full it is dropped from the hub (counted in `vxds_event_readers_reset`), and what it
+/// finally reads ends with `reset` (`slow_reader`, id = the last revision it had) and the end
+/// of the stream. A reader that keeps reading meanwhile gets every event.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_reader_that_stops_reading_is_reset() {
+    use tokio::io::{AsyncReadExt, AsyncWriteExt};
+    with_db(Db::Sqlite, |db| async move {
+        let (base, registry, metrics, tasks) = serve_with_limits(&db, 8, 64 << 10).await;
+        let address: std::net::SocketAddr = base.trim_start_matches("http://").parse().unwrap();
+        let socket = tokio::net::TcpSocket::new_v4().unwrap();
+        socket.set_recv_buffer_size(4096).unwrap();
+        let mut stuck = socket.connect(address).await.unwrap();
+        stuck
+            .write_all(b"GET /v1/events HTTP/1.1\r\nHost: 127.0.0.1\r\n\r\n")
+            .await
+            .unwrap();
+        let mut live = SseReader::open(&base, None, None).await;
+        assert_eq!(live.event().await.0, "hello");
+        while metrics.event_readers.get() < 2 {
+            tokio::task::yield_now().await;
+        }
+        let mut sent = 0u64;
+        while metrics.event_readers_dropped.get() == 0 {
+            assert!(sent < 2_000_000, "the stuck reader was never reset");
+            for _ in 0..200 {
+                registry.events.send(ClientEvent::Nack(Answer {
+                    stream_id: sent,
+                    node_id: format!("envoy-{sent}"),
+                    type_url: ROUTE.into(),
+                    message: Some("x".repeat(200)),
+                    ..Answer::default()
+                }));
+                sent += 1;
+            }
+            // Let the live reader keep up.
+            let (mut seen, mut missed) = (0, 0);
+            while seen + missed < 200 {
+                let (name, _, data) = live.event().await;
+                match name.as_str() {
+                    "nack" => seen += 1,
+                    "lagged" => missed += data["missed"].as_u64().unwrap(),
+                    other => panic!("{other}: {data}"),
+                }
+            }
+        }
+        assert_eq!(metrics.event_readers_dropped.get(), 1, "only the stuck one");
+        // Now it reads: whatever was in flight, then the reset, then the end of the stream.
+        let mut text = Vec::new();
+        let mut buffer = vec![0; 1 << 16];
+        loop {
+            let n = tokio::time::timeout(WAIT, stuck.read(&mut buffer))
+                .await
+                .expect("the stream ended in time")
+                .unwrap();
+            text.extend_from_slice(&buffer[..n]);
+            if n == 0 || text.ends_with(b"\r\n0\r\n\r\n") {
+                break;
+            }
+        }
+        let text = String::from_utf8_lossy(&text);
+        let reset = text
+            .find("event: reset\nid: 0\ndata: {\"revision\":0,\"reason\":\"slow_reader\"}\n\n")
+            .expect("a reset at the end");
+        assert!(
+            !text[reset..].contains("event: nack"),
+            "nothing after the reset"
+        );
+        assert!(text.ends_with("\r\n0\r\n\r\n"), "the stream ended");
+        tasks.iter().for_each(|t| t.abort());
+    })
+    .await;
+}
+
+/// Issue 21: a reader resuming from before the oldest revision the history retention kept
+/// gets `reset` at the head (it cannot be told what it missed); one resuming from just before
+/// the oldest kept revision is replayed as before.
+async fn a_resume_before_the_kept_history_is_reset(db: TestDb) {
+    let store = db.store().await;
+    for n in 1..=4 {
+        let request: vxds_envoy::changeset::ChangesetRequest = serde_json::from_value(json!({
+            "operations": [{"op": "put", "type": "route", "name": format!("r{n}"),
+                            "variants": [{"resource": route(&format!("r{n}"), "x")}]}],
+        }))
+        .unwrap();
+        store.apply(request, None).await.unwrap();
+    }
+    let retention = vxds_store::Retention {
+        revisions: Some(2),
+        age: None,
+    };
+    assert_eq!(store.prune_all_at(&retention, 0).await.unwrap(), 3);
+    // A server started now: its index remembers the head revision only.
+    let api = serve_store(
+        store,
+        Tokens::none(),
+        DEFAULT_BODY_LIMIT,
+        vxds_admin::OriginPolicy::default(),
+    )
+    .await;
+    let mut reader = SseReader::open(&api.base, None, Some("1")).await;
+    let (name, id, data) = reader.event().await;
+    assert_eq!(
+        (name.as_str(), id.as_deref()),
+        ("reset", Some("4")),
+        "{data}"
+    );
+    assert_eq!(data["revision"], 4);
+    let (name, id, _) = reader.event().await;
+    assert_eq!((name.as_str(), id.as_deref()), ("hello", Some("4")));
+    let mut reader = SseReader::open(&api.base, None, Some("2")).await;
+    for expected in ["3", "4"] {
+        let (name, id, _) = reader.event().await;
+        assert_eq!((name.as_str(), id.as_deref()), ("revision", Some(expected)));
+    }
+    let (name, _, _) = reader.event().await;
+    assert_eq!(name, "hello");
 }

@@ -9,7 +9,47 @@ use vxds_core::impact::{Subscription, SummaryBuilder};
 
 use super::*;
 
-on_both_backends!(dry_runs_preview_the_impact_on_every_replicas_clients);
+on_both_backends!(
+    dry_runs_preview_the_impact_on_every_replicas_clients,
+    list_collection_options_reach_the_collections_subscribers,
+);
+
+/// A list collection's `ListCollectionOptions` (named by the collection's URN) reach the
+/// clients subscribed to that collection: creating them previews those streams, not none.
+async fn list_collection_options_reach_the_collections_subscribers(db: TestDb) {
+    const COLLECTION: &str = "type.googleapis.com/envoy.config.listener.v3.ListenerCollection";
+    let list = "xdstp://a/envoy.config.listener.v3.ListenerCollection/edge";
+    let api = serve(&db, Tokens::none(), DEFAULT_BODY_LIMIT).await;
+    let mut summary = SummaryBuilder::default();
+    for node in ["e1", "e2", "e3"] {
+        summary.stream();
+        summary.add(
+            COLLECTION,
+            Subscription::Name(list.into()),
+            &ParamSet::new(),
+            1,
+            &[node.to_owned()],
+        );
+    }
+    api.store
+        .publish_client_summary("replica-x", &summary.build(), Duration::from_secs(60))
+        .await
+        .unwrap();
+    let options = json!({"operations": [{
+        "op": "put", "type": "vxds.config.v1.ListCollectionOptions", "name": list,
+        "variants": [{"resource": {
+            "@type": "type.googleapis.com/vxds.config.v1.ListCollectionOptions",
+            "inline_entries": true
+        }}]
+    }]});
+    let preview = api.send_json(Method::POST, "/v1/impact", options).await;
+    assert_eq!(preview.status, StatusCode::OK, "{}", preview.text);
+    let resource = &preview.body["impact"]["resources"][0];
+    assert_eq!(resource["name"], list);
+    assert_eq!(resource["change"], "created");
+    assert_eq!(resource["streams"], 3, "{resource}");
+    assert_eq!(resource["affected"], 3, "{resource}");
+}
 
 async fn dry_runs_preview_the_impact_on_every_replicas_clients(db: TestDb) {
     let tokens = Tokens::parse(&format!("write {WRITE_TOKEN}\nread {READ_TOKEN}\n")).unwrap();

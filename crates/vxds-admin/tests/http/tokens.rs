@@ -8,6 +8,7 @@ use super::*;
 on_both_backends!(
     hashed_and_plaintext_tokens_authorize_and_name_the_author,
     secret_key_material_is_shown_only_to_a_secrets_token,
+    inline_key_material_in_listeners_is_redacted_for_read_tokens,
 );
 
 /// A token stored as `sha256:<hex>` writes; a plaintext one still does; a wrong token, the
@@ -203,4 +204,66 @@ async fn secret_key_material_is_shown_only_to_a_secrets_token(db: TestDb) {
     let denied = as_token(Method::GET, "/v1/resources/secret/tls", METRICS_TOKEN, None).await;
     assert_problem(&denied, 403);
     assert!(denied.text.contains("`metrics`"), "{}", denied.text);
+}
+
+/// Key material held inline in a listener's TLS context (not in a `Secret`) is redacted for a
+/// read token as well, in every answer.
+async fn inline_key_material_in_listeners_is_redacted_for_read_tokens(db: TestDb) {
+    const SECRETS_TOKEN: &str = "secrets-token-0123456789";
+    let file = format!("write {WRITE_TOKEN}\nread {READ_TOKEN}\nsecrets {SECRETS_TOKEN}\n");
+    let api = serve(&db, Tokens::parse(&file).unwrap(), DEFAULT_BODY_LIMIT).await;
+    let as_token = |method: Method, path: &str, token: &str, body: Option<Value>| {
+        let (api, path) = (&api, path.to_owned());
+        let bearer = format!("Bearer {token}");
+        async move {
+            let body = body.map(|b| ("application/json", b.to_string()));
+            api.call(method, &path, body, &[("authorization", &bearer)])
+                .await
+        }
+    };
+    let listener = json!({"@type": "type.googleapis.com/envoy.config.listener.v3.Listener",
+        "name": "l", "filter_chains": [{"transport_socket": {"name": "envoy.transport_sockets.tls",
+            "typed_config": {
+                "@type": "type.googleapis.com/envoy.extensions.transport_sockets.tls.v3.DownstreamTlsContext",
+                "common_tls_context": {"tls_certificates": [{
+                    "certificate_chain": {"inline_string": "PUBLIC-CHAIN"},
+                    "private_key": {"inline_string": "INLINE-KEY-BYTES"}}]}}}}]});
+    let written = as_token(
+        Method::PUT,
+        "/v1/resources/listener/l",
+        WRITE_TOKEN,
+        Some(json!({"variants": [{"resource": listener}]})),
+    )
+    .await;
+    assert_eq!(written.status, StatusCode::CREATED, "{}", written.text);
+    let reads: [(Method, &str, Option<Value>); 4] = [
+        (Method::GET, "/v1/resources/listener/l", None),
+        (Method::GET, "/v1/export", None),
+        (Method::GET, "/v1/revisions/1?bodies=true", None),
+        (
+            Method::POST,
+            "/v1/resolve",
+            Some(json!({"type": "listener", "name": "l", "params": {}})),
+        ),
+    ];
+    for (method, path, body) in reads {
+        let reply = as_token(method.clone(), path, READ_TOKEN, body.clone()).await;
+        assert!(reply.status.is_success(), "{path}: {}", reply.text);
+        assert!(
+            !reply.text.contains("INLINE-KEY-BYTES"),
+            "{path}: {}",
+            reply.text
+        );
+        assert!(
+            reply.text.contains("PUBLIC-CHAIN"),
+            "{path}: {}",
+            reply.text
+        );
+        let reply = as_token(method.clone(), path, SECRETS_TOKEN, body.clone()).await;
+        assert!(
+            reply.text.contains("INLINE-KEY-BYTES"),
+            "{path}: {}",
+            reply.text
+        );
+    }
 }

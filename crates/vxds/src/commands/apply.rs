@@ -27,9 +27,8 @@ pub struct ApplyArgs {
     /// each change would move to another variant, update, lose or give the resource.
     #[arg(long)]
     dry_run: bool,
-    /// Also delete every resource the fixtures do not mention (declarative sync).
-    #[arg(long)]
-    prune: bool,
+    #[command(flatten)]
+    prune: super::prune::PruneArgs,
     /// Recorded with the revision.
     #[arg(short, long)]
     message: Option<String>,
@@ -40,14 +39,16 @@ const PRUNE_ATTEMPTS: usize = 3;
 
 pub async fn run(args: ApplyArgs) -> anyhow::Result<ExitCode> {
     let fixtures = fixtures::load(&args.files)?;
+    let scope = args.prune.scope()?;
     let target = Target::connect_without_index(&args.target).await?;
-    let result = apply(&args, &fixtures, &target).await;
+    let result = apply(&args, scope.as_ref(), &fixtures, &target).await;
     target.close().await;
     result
 }
 
 async fn apply(
     args: &ApplyArgs,
+    scope: Option<&super::prune::Scope>,
     fixtures: &fixtures::Fixtures,
     target: &Target,
 ) -> anyhow::Result<ExitCode> {
@@ -55,19 +56,17 @@ async fn apply(
         let mut changeset = fixtures.changeset();
         changeset.dry_run = args.dry_run;
         changeset.message = args.message.clone();
-        if args.prune {
+        if let Some(scope) = scope {
             let head = target.head().await?;
             let mentioned = mentioned_keys(fixtures);
-            for (type_url, name) in target.list_all(None).await? {
-                if !mentioned.contains(&(type_url.clone(), name.clone())) {
-                    changeset
-                        .operations
-                        .push(OperationRequest::Delete(DeleteRequest {
-                            resource_type: type_url,
-                            name,
-                            expected_version: None,
-                        }));
-                }
+            for (type_url, name) in scope.deletions(target, &mentioned).await? {
+                changeset
+                    .operations
+                    .push(OperationRequest::Delete(DeleteRequest {
+                        resource_type: type_url,
+                        name,
+                        expected_version: None,
+                    }));
             }
             changeset.expected_revision = Some(head);
         }
@@ -83,7 +82,7 @@ async fn apply(
                 print_result(&reply.body, fixtures);
                 return Ok(ExitCode::SUCCESS);
             }
-            409 if args.prune && attempt < PRUNE_ATTEMPTS => continue,
+            409 if scope.is_some() && attempt < PRUNE_ATTEMPTS => continue,
             400 | 409 | 422 => {
                 print_problem(&reply.body, &|p| fixtures.locate(p));
                 return Ok(refused());
@@ -98,7 +97,7 @@ async fn apply(
 }
 
 /// The keys the fixtures name, as the store keys them.
-fn mentioned_keys(fixtures: &fixtures::Fixtures) -> BTreeSet<(String, String)> {
+pub(crate) fn mentioned_keys(fixtures: &fixtures::Fixtures) -> BTreeSet<(String, String)> {
     fixtures
         .documents
         .iter()

@@ -34,6 +34,9 @@ pub struct DiffArgs {
     /// Lines of context around each change.
     #[arg(long, default_value_t = 3)]
     context: usize,
+    /// Also show what `vxds apply --prune` with the same scope would delete.
+    #[command(flatten)]
+    prune: super::prune::PruneArgs,
 }
 
 /// Exit code for "they differ".
@@ -43,6 +46,7 @@ const FAILED: u8 = 2;
 
 pub async fn run(args: DiffArgs) -> anyhow::Result<ExitCode> {
     let fixtures = fixtures::load(&args.files)?;
+    let scope = args.prune.scope()?;
     let validated = match validate_standalone(&fixtures.changeset(), &ValidationConfig::default()) {
         Ok(validated) => validated.changeset,
         Err(invalid) => {
@@ -77,7 +81,13 @@ pub async fn run(args: DiffArgs) -> anyhow::Result<ExitCode> {
     }
 
     let target = Target::connect(&args.target).await?;
-    let result = compare(&target, &local, args.context).await;
+    let mut result = compare(&target, &local, args.context).await;
+    if let (Ok(text), Some(scope)) = (&mut result, &scope) {
+        match pruned(&target, scope, &fixtures, args.context).await {
+            Ok(deleted) => text.push_str(&deleted),
+            Err(e) => result = Err(e),
+        }
+    }
     target.close().await;
     let text = result?;
     if text.is_empty() {
@@ -193,6 +203,49 @@ async fn compare(
                 context,
             ));
         }
+    }
+    Ok(out)
+}
+
+/// What a prune in `scope` would delete, each resource whole against `/dev/null`.
+async fn pruned(
+    target: &Target,
+    scope: &super::prune::Scope,
+    fixtures: &fixtures::Fixtures,
+    context: usize,
+) -> anyhow::Result<String> {
+    let keep = super::apply::mentioned_keys(fixtures);
+    let mut out = String::new();
+    for (type_url, name) in scope.deletions(target, &keep).await? {
+        let path = format!("/v1/resources/{}/{}", segment(&type_url), segment(&name));
+        let reply = target.call(Method::GET, &path, None).await?;
+        if reply.status == 404 {
+            continue; // deleted meanwhile
+        }
+        let reply = target.expect_ok(reply)?;
+        let variants: Variants = reply.body["variants"]
+            .as_array()
+            .into_iter()
+            .flatten()
+            .map(|v| {
+                (
+                    v["constraints_text"].as_str().unwrap_or("*").to_owned(),
+                    compared(v["resource"].clone(), v["ttl"].as_str()),
+                )
+            })
+            .collect();
+        let label = ResourceType::resolve(&type_url)
+            .ok()
+            .and_then(|t| t.alias())
+            .unwrap_or(&type_url);
+        let theirs = render(label, &name, &variants)?;
+        out.push_str(&unified(
+            &theirs,
+            "",
+            &format!("server/{label}/{name}"),
+            "/dev/null",
+            context,
+        ));
     }
     Ok(out)
 }

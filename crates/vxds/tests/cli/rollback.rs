@@ -23,6 +23,7 @@ async fn rollback_restores_a_revision_straight_on_the_database(db: TestDb) {
         "--database-url",
         &url,
         "--prune",
+        "--all",
     ]);
     assert!(pruned.status.success(), "{}", stderr(&pruned));
 
@@ -117,7 +118,7 @@ fn rollback_against_a_running_server_records_the_token_name() {
     );
     let routes = fixtures.join("routes.yaml");
     assert!(
-        with_token(&["apply", "-f", routes.to_str().unwrap(), "--prune"])
+        with_token(&["apply", "-f", routes.to_str().unwrap(), "--prune", "--all"])
             .status
             .success()
     );
