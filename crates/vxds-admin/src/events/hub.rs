@@ -466,6 +466,7 @@ mod tests {
             revisions: (1..=3).map(revision).collect(),
             resources: Vec::new(),
             deleted: Vec::new(),
+            complete: false,
         };
         let snapshot = Snapshot::default().apply(batch);
         let frames = frames_since(&snapshot, 1).unwrap();
