@@ -1,7 +1,9 @@
 //! What a resource body names in other types: the route configurations a listener's HTTP
-//! connection managers load by RDS, the clusters a route configuration (or an inline one)
-//! routes to, the endpoints (EDS) a cluster loads, the secrets (SDS) a listener's or a
-//! cluster's TLS transport socket loads. Computed once per variant when the index loads it;
+//! connection managers load by RDS (in filter chains and in a gRPC `api_listener`), the
+//! clusters a route configuration (or an inline one) routes or mirrors to and a TCP proxy
+//! connects to, the endpoints (EDS) a cluster loads, the secrets (SDS) a listener's or a
+//! cluster's TLS transport socket loads (certificates, validation contexts, session ticket
+//! keys). Computed once per variant when the index loads it;
 //! the stream machine uses it to keep what a client's accepted configuration still needs while
 //! an update is refused (issue 20's NACK scope).
 
@@ -18,6 +20,9 @@ use crate::pb::envoy::config::route::v3::route::Action;
 use crate::pb::envoy::config::route::v3::route_action::ClusterSpecifier;
 use crate::pb::envoy::extensions::filters::network::http_connection_manager::v3::HttpConnectionManager;
 use crate::pb::envoy::extensions::filters::network::http_connection_manager::v3::http_connection_manager::RouteSpecifier;
+use crate::pb::envoy::extensions::filters::network::tcp_proxy::v3::TcpProxy;
+use crate::pb::envoy::extensions::filters::network::tcp_proxy::v3::tcp_proxy::ClusterSpecifier as TcpClusterSpecifier;
+use crate::pb::envoy::extensions::transport_sockets::tls::v3::downstream_tls_context::SessionTicketKeysType;
 use crate::pb::envoy::extensions::transport_sockets::tls::v3::common_tls_context::ValidationContextType;
 use crate::pb::envoy::extensions::transport_sockets::tls::v3::{
     CommonTlsContext, DownstreamTlsContext, UpstreamTlsContext,
@@ -31,6 +36,7 @@ pub const ENDPOINT: &str = "type.googleapis.com/envoy.config.endpoint.v3.Cluster
 pub const SECRET: &str = "type.googleapis.com/envoy.extensions.transport_sockets.tls.v3.Secret";
 const HCM: &str =
     "envoy.extensions.filters.network.http_connection_manager.v3.HttpConnectionManager";
+const TCP_PROXY: &str = "envoy.extensions.filters.network.tcp_proxy.v3.TcpProxy";
 const DOWNSTREAM_TLS: &str = "envoy.extensions.transport_sockets.tls.v3.DownstreamTlsContext";
 const UPSTREAM_TLS: &str = "envoy.extensions.transport_sockets.tls.v3.UpstreamTlsContext";
 
@@ -76,14 +82,28 @@ fn listener_refs(listener: &Listener, out: &mut Vec<Reference>) {
     for chain in chains {
         socket_refs(chain.transport_socket.as_ref(), DOWNSTREAM_TLS, out);
         for filter in &chain.filters {
-            let Some(FilterConfig::TypedConfig(any)) = &filter.config_type else {
-                continue;
-            };
-            if any.type_url.strip_prefix(PREFIX) != Some(HCM) {
-                continue;
+            if let Some(FilterConfig::TypedConfig(any)) = &filter.config_type {
+                network_filter_refs(any, out);
             }
+        }
+    }
+    // gRPC's listeners: an HTTP connection manager as the API listener.
+    if let Some(any) = listener
+        .api_listener
+        .as_ref()
+        .and_then(|a| a.api_listener.as_ref())
+    {
+        network_filter_refs(any, out);
+    }
+}
+
+/// What a network filter's typed config names: an HTTP connection manager's route
+/// configuration (or what its inline one names), a TCP proxy's clusters.
+fn network_filter_refs(any: &crate::pb::google::protobuf::Any, out: &mut Vec<Reference>) {
+    match any.type_url.strip_prefix(PREFIX) {
+        Some(HCM) => {
             let Ok(hcm) = HttpConnectionManager::decode(any.value.as_slice()) else {
-                continue;
+                return;
             };
             match &hcm.route_specifier {
                 Some(RouteSpecifier::Rds(rds)) => out.push((ROUTE, rds.route_config_name.clone())),
@@ -91,6 +111,19 @@ fn listener_refs(listener: &Listener, out: &mut Vec<Reference>) {
                 _ => {}
             }
         }
+        Some(TCP_PROXY) => {
+            let Ok(proxy) = TcpProxy::decode(any.value.as_slice()) else {
+                return;
+            };
+            match &proxy.cluster_specifier {
+                Some(TcpClusterSpecifier::Cluster(name)) => out.push((CLUSTER, name.clone())),
+                Some(TcpClusterSpecifier::WeightedClusters(weighted)) => {
+                    out.extend(weighted.clusters.iter().map(|c| (CLUSTER, c.name.clone())))
+                }
+                None => {}
+            }
+        }
+        _ => {}
     }
 }
 
@@ -100,6 +133,13 @@ fn route_refs(route: &RouteConfiguration, out: &mut Vec<Reference>) {
             let Some(Action::Route(action)) = &r.action else {
                 continue;
             };
+            out.extend(
+                action
+                    .request_mirror_policies
+                    .iter()
+                    .filter(|m| !m.cluster.is_empty())
+                    .map(|m| (CLUSTER, m.cluster.clone())),
+            );
             match &action.cluster_specifier {
                 Some(ClusterSpecifier::Cluster(name)) => out.push((CLUSTER, name.clone())),
                 Some(ClusterSpecifier::WeightedClusters(weighted)) => {
@@ -137,9 +177,14 @@ fn socket_refs(socket: Option<&TransportSocket>, tls_type: &str, out: &mut Vec<R
     };
     let common = match any.type_url.strip_prefix(PREFIX) {
         Some(t) if t == tls_type && t == DOWNSTREAM_TLS => {
-            DownstreamTlsContext::decode(any.value.as_slice())
-                .ok()
-                .and_then(|c| c.common_tls_context)
+            let context = DownstreamTlsContext::decode(any.value.as_slice()).ok();
+            if let Some(SessionTicketKeysType::SessionTicketKeysSdsSecretConfig(keys)) = context
+                .as_ref()
+                .and_then(|c| c.session_ticket_keys_type.as_ref())
+            {
+                out.push((SECRET, keys.name.clone()));
+            }
+            context.and_then(|c| c.common_tls_context)
         }
         Some(t) if t == tls_type && t == UPSTREAM_TLS => {
             UpstreamTlsContext::decode(any.value.as_slice())
@@ -237,5 +282,46 @@ mod tests {
         assert_eq!(refs(named), [(ENDPOINT, "svc".to_owned())]);
         let static_cluster = serde_json::json!({"@type": CLUSTER, "name": "s", "type": "STATIC"});
         assert!(refs(static_cluster).is_empty());
+    }
+
+    #[test]
+    fn tcp_proxies_mirrors_api_listeners_and_ticket_keys_are_references_too() {
+        let tcp = |specifier: serde_json::Value| {
+            let mut config = serde_json::json!({"@type": format!("{PREFIX}{TCP_PROXY}"),
+                "stat_prefix": "tcp"});
+            config
+                .as_object_mut()
+                .unwrap()
+                .extend(specifier.as_object().unwrap().clone());
+            serde_json::json!({"@type": LISTENER, "name": "l", "filter_chains": [{
+                "transport_socket": {"name": "tls", "typed_config": {
+                    "@type": format!("{PREFIX}{DOWNSTREAM_TLS}"),
+                    "session_ticket_keys_sds_secret_config": {"name": "tickets"}}},
+                "filters": [{"name": "tcp", "typed_config": config}]}]})
+        };
+        assert_eq!(
+            refs(tcp(serde_json::json!({"cluster": "db"}))),
+            [(CLUSTER, "db".to_owned()), (SECRET, "tickets".to_owned())]
+        );
+        assert_eq!(
+            refs(tcp(serde_json::json!({"weighted_clusters": {"clusters": [
+                {"name": "a", "weight": 1}, {"name": "b", "weight": 1}]}}))),
+            [
+                (CLUSTER, "a".to_owned()),
+                (CLUSTER, "b".to_owned()),
+                (SECRET, "tickets".to_owned())
+            ]
+        );
+        let grpc = serde_json::json!({"@type": LISTENER, "name": "svc", "api_listener": {
+            "api_listener": {"@type": format!("{PREFIX}{HCM}"),
+                "rds": {"route_config_name": "grpc_route", "config_source": {"ads": {}}}}}});
+        assert_eq!(refs(grpc), [(ROUTE, "grpc_route".to_owned())]);
+        let mirrored = serde_json::json!({"@type": ROUTE, "name": "r", "virtual_hosts": [{
+            "name": "v", "domains": ["*"], "routes": [{"match": {"prefix": "/"}, "route": {
+                "cluster": "c1", "request_mirror_policies": [{"cluster": "shadow"}]}}]}]});
+        assert_eq!(
+            refs(mirrored),
+            [(CLUSTER, "c1".to_owned()), (CLUSTER, "shadow".to_owned())]
+        );
     }
 }
