@@ -50,14 +50,7 @@ pub async fn list(
     State(state): State<AdminState>,
     Query(params): Query<ClientParams>,
 ) -> Result<Json<ClientList>, ApiError> {
-    let limit = params.limit.unwrap_or(100);
-    if !(1..=1000).contains(&limit) {
-        return Err(ApiError::bad_parameter(
-            "limit",
-            "invalid_limit",
-            "limit must be between 1 and 1000",
-        ));
-    }
+    let limit = crate::query::page_limit(params.limit, 100)?;
     let (clients, more) = state
         .clients
         .as_ref()

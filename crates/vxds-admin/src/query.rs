@@ -92,3 +92,16 @@ fn invalid_utf8(text: &str) -> ApiError {
         "percent-escapes do not decode to UTF-8",
     )
 }
+
+/// A list's `limit` parameter: `default` when absent, else 1 to 1,000 (a 400 naming `limit`).
+pub fn page_limit(limit: Option<u32>, default: u32) -> Result<u32, ApiError> {
+    let limit = limit.unwrap_or(default);
+    if !(1..=1000).contains(&limit) {
+        return Err(ApiError::bad_parameter(
+            "limit",
+            "invalid_limit",
+            "limit must be between 1 and 1000",
+        ));
+    }
+    Ok(limit)
+}

@@ -161,14 +161,7 @@ pub async fn list(
         .map(type_param)
         .transpose()?
         .map(|t| t.type_url().to_owned());
-    let limit = params.limit.unwrap_or(100);
-    if !(1..=1000).contains(&limit) {
-        return Err(ApiError::bad_parameter(
-            "limit",
-            "invalid_limit",
-            "limit must be between 1 and 1000",
-        ));
-    }
+    let limit = crate::query::page_limit(params.limit, 100)?;
     let after = params
         .cursor
         .as_deref()

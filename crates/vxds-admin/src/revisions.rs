@@ -58,14 +58,7 @@ pub async fn list(
     State(state): State<AdminState>,
     Query(params): Query<RevisionParams>,
 ) -> Result<Json<RevisionList>, ApiError> {
-    let limit = params.limit.unwrap_or(100);
-    if !(1..=1000).contains(&limit) {
-        return Err(ApiError::bad_parameter(
-            "limit",
-            "invalid_limit",
-            "limit must be between 1 and 1000",
-        ));
-    }
+    let limit = crate::query::page_limit(params.limit, 100)?;
     let after = params.after.unwrap_or(0);
     if after > i64::MAX as u64 {
         return Err(ApiError::bad_parameter(
@@ -133,14 +126,7 @@ pub async fn changes(
     Query(params): Query<ChangeParams>,
 ) -> Result<Json<ChangeList>, ApiError> {
     let n = revision_number(&path)?;
-    let limit = params.limit.unwrap_or(1000);
-    if !(1..=1000).contains(&limit) {
-        return Err(ApiError::bad_parameter(
-            "limit",
-            "invalid_limit",
-            "limit must be between 1 and 1000",
-        ));
-    }
+    let limit = crate::query::page_limit(params.limit, 1000)?;
     let after = params.after.unwrap_or(0);
     let found = match n {
         0 => Vec::new(),

@@ -690,10 +690,13 @@ async fn a_reader_that_stops_reading_is_reset() {
         while metrics.event_readers.get() < 2 {
             tokio::task::yield_now().await;
         }
+        const BATCH: u64 = 50;
         let mut sent = 0u64;
         while metrics.event_readers_dropped.get() == 0 {
             assert!(sent < 2_000_000, "the stuck reader was never reset");
-            for _ in 0..200 {
+            // A batch well within the live reader's 64 KiB queue (~400 bytes an event), so
+            // that only the stuck reader can overflow, however late the live one's writer runs.
+            for _ in 0..BATCH {
                 registry.events.send(ClientEvent::Nack(Answer {
                     stream_id: sent,
                     node_id: format!("envoy-{sent}"),
@@ -705,7 +708,7 @@ async fn a_reader_that_stops_reading_is_reset() {
             }
             // Let the live reader keep up.
             let (mut seen, mut missed) = (0, 0);
-            while seen + missed < 200 {
+            while seen + missed < BATCH {
                 let (name, _, data) = live.event().await;
                 match name.as_str() {
                     "nack" => seen += 1,

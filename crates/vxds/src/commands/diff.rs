@@ -123,19 +123,7 @@ async fn compare(
         );
         let reply = target.call(Method::GET, &path, None).await?;
         let stored: Option<Variants> = match reply.status {
-            200 => Some(
-                reply.body["variants"]
-                    .as_array()
-                    .into_iter()
-                    .flatten()
-                    .map(|v| {
-                        (
-                            v["constraints_text"].as_str().unwrap_or("*").to_owned(),
-                            compared(v["resource"].clone(), v["ttl"].as_str()),
-                        )
-                    })
-                    .collect(),
-            ),
+            200 => Some(stored_variants(&reply.body)),
             404 => None,
             _ => {
                 target.expect_ok(reply)?;
@@ -223,17 +211,7 @@ async fn pruned(
             continue; // deleted meanwhile
         }
         let reply = target.expect_ok(reply)?;
-        let variants: Variants = reply.body["variants"]
-            .as_array()
-            .into_iter()
-            .flatten()
-            .map(|v| {
-                (
-                    v["constraints_text"].as_str().unwrap_or("*").to_owned(),
-                    compared(v["resource"].clone(), v["ttl"].as_str()),
-                )
-            })
-            .collect();
+        let variants = stored_variants(&reply.body);
         let label = ResourceType::resolve(&type_url)
             .ok()
             .and_then(|t| t.alias())
@@ -283,4 +261,19 @@ fn render(label: &str, name: &str, variants: &Variants) -> anyhow::Result<String
     Ok(serde_norway::to_string(
         &json!({"type": label, "name": name, "variants": variants}),
     )?)
+}
+
+/// A resource's variants as the server answers them, in the form the diff compares.
+fn stored_variants(body: &Value) -> Variants {
+    body["variants"]
+        .as_array()
+        .into_iter()
+        .flatten()
+        .map(|v| {
+            (
+                v["constraints_text"].as_str().unwrap_or("*").to_owned(),
+                compared(v["resource"].clone(), v["ttl"].as_str()),
+            )
+        })
+        .collect()
 }
