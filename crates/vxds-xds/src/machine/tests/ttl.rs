@@ -400,3 +400,36 @@ fn a_client_that_never_answers_is_bounded_then_ended() {
         status.message()
     );
 }
+
+/// Review finding 1: only EDS and RDS take a partial SotW response as it is. Envoy's unified
+/// mux gives every other watch of the type an empty update, which RTDS (and SDS, ECDS) refuse
+/// and SRDS, LDS and CDS take as "remove all", so their heartbeat is the whole accepted state.
+#[test]
+fn sotw_heartbeats_of_types_other_than_eds_and_rds_carry_the_whole_accepted_state() {
+    let mut world = World::new();
+    let layer =
+        |name: &str| json!({"@type": crate::types::RUNTIME, "name": name, "layer": {"k": name}});
+    world.apply(json!([
+        {"type": "runtime", "name": "fast", "variants": [{"resource": layer("fast"), "ttl": "2s"}]},
+        {"type": "runtime", "name": "slow", "variants": [{"resource": layer("slow"), "ttl": "20s"}]},
+        put("runtime", "plain", &[("*", layer("plain"))]),
+    ]));
+    let names = ["fast", "plain", "slow"];
+    let mut m = sotw_machine();
+    m.on_sotw_request(sotw_request(crate::types::RUNTIME, &names, "", ""))
+        .unwrap();
+    let r = sotw(&m.poll(&world.snapshot)[0]);
+    assert_eq!(sotw_names(&r), names);
+    m.on_sotw_request(sotw_request(
+        crate::types::RUNTIME,
+        &names,
+        &r.nonce,
+        &r.version_info,
+    ))
+    .unwrap();
+    // Only `fast` is due, but every layer the client accepted goes with it, unchanged.
+    let beat = sotw(&m.heartbeat(1, now())[0]);
+    assert_eq!(beat.version_info, r.version_info);
+    assert_eq!(sotw_names(&beat), names);
+    assert_eq!(beat.resources, r.resources);
+}
