@@ -187,8 +187,8 @@ pub(crate) struct TypeState {
     accepted: BTreeMap<ItemKey, Item>,
     /// The version of the last response the client accepted (SotW heartbeats carry it).
     accepted_version: Option<String>,
-    /// The changes each unanswered response carried (Delta: by sequence number; SotW: the one
-    /// outstanding response's whole state), applied to `accepted` when it is acknowledged.
+    /// The changes each unanswered response carried, by sequence number (Delta: its changes;
+    /// SotW: its whole state), applied to `accepted` when it is acknowledged.
     unacked: BTreeMap<u64, accepted::Carried>,
     /// Responses sent since the client last answered one of this type.
     pub unanswered: usize,

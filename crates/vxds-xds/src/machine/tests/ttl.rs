@@ -433,3 +433,42 @@ fn sotw_heartbeats_of_types_other_than_eds_and_rds_carry_the_whole_accepted_stat
     assert_eq!(sotw_names(&beat), names);
     assert_eq!(beat.resources, r.resources);
 }
+
+/// Review finding 2: a lagging SotW client ACKs a superseded response (a stale nonce), then
+/// NACKs the latest. It holds the superseded state: heartbeats renew that one, at its version,
+/// not the one it held before.
+#[test]
+fn sotw_a_stale_ack_is_what_the_client_holds_after_it_refuses_the_latest() {
+    let mut world = World::new();
+    let web = |tag: &str| {
+        json!([{"type": "route", "name": "web", "variants": [
+        {"resource": route("web", tag), "ttl": "2s"}]}])
+    };
+    world.apply(web("a"));
+    let mut m = sotw_machine();
+    m.on_sotw_request(sotw_request(ROUTE, &["web"], "", ""))
+        .unwrap();
+    let a = sotw(&m.poll(&world.snapshot)[0]);
+    m.on_sotw_request(sotw_request(ROUTE, &["web"], &a.nonce, &a.version_info))
+        .unwrap();
+    let changed = world.apply(web("b"));
+    m.on_changes(&changed);
+    let b = sotw(&m.poll(&world.snapshot)[0]);
+    let changed = world.apply(web("c"));
+    m.on_changes(&changed);
+    let c = sotw(&m.poll(&world.snapshot)[0]);
+    assert_ne!(b.version_info, c.version_info);
+    // ACK of b (stale: c superseded it), then NACK of c.
+    m.on_sotw_request(sotw_request(ROUTE, &["web"], &b.nonce, &b.version_info))
+        .unwrap();
+    let mut nack = sotw_request(ROUTE, &["web"], &c.nonce, &b.version_info);
+    nack.error_detail = Some(RpcStatus {
+        code: 3,
+        message: "refused".into(),
+        details: vec![],
+    });
+    m.on_sotw_request(nack).unwrap();
+    let beat = sotw(&m.heartbeat(world.snapshot.revision, now())[0]);
+    assert_eq!(beat.version_info, b.version_info);
+    assert_eq!(beat.resources, b.resources);
+}

@@ -25,13 +25,21 @@ impl TypeState {
     }
 
     /// SotW: the client answered a response that a later one superseded (its requests lag
-    /// behind under churn; Envoy answers every response). An acceptance settles every response
-    /// up to that one, so the latest outstanding response no longer stands for them.
-    pub fn settle_superseded(&mut self, nonce: &str) {
-        self.unanswered = 0;
+    /// behind under churn; Envoy answers every response). An acceptance means it holds that
+    /// response's state, and settles every response up to that one, so the latest outstanding
+    /// response no longer stands for them; a refusal leaves it with what it had.
+    pub fn answer_superseded(&mut self, nonce: &str, accepted: bool) {
         let Ok(answered) = nonce.parse::<u64>() else {
             return;
         };
+        if self.answer_superseded_state(answered, accepted) {
+            // Only an answer to a response in flight shows a client that keeps up; what is
+            // still unanswered is what was sent after it.
+            self.unanswered = self.unacked.len();
+        }
+        if !accepted {
+            return;
+        }
         for outstanding in self.outstanding.values_mut() {
             if outstanding.since <= answered && answered < outstanding.seq {
                 outstanding.since = answered + 1;
@@ -245,7 +253,7 @@ impl TypeState {
             .iter()
             .map(|(k, (_, item))| (k.clone(), item.clone()))
             .collect();
-        self.carry(seq, Carried::State(state));
+        self.carry(seq, Carried::State(state, version.clone()));
         Some(SotwResponse {
             version_info: version,
             resources: entries.into_values().map(|(e, _)| e).collect(),
