@@ -227,6 +227,8 @@ struct Outstanding {
     seq: u64,
     /// The earliest response it answers for: itself, or (SotW) the oldest it superseded.
     since: u64,
+    /// A heartbeat: it carries nothing new, so its ACK lifts no refusal.
+    heartbeat: bool,
 }
 
 /// A refused response: what was computed after `since` may depend on it.

@@ -414,3 +414,38 @@ fn delta_a_resubscribe_does_not_jump_a_pending_removal() {
     let removal = delta(&m.poll(&world.snapshot)[0]);
     assert_eq!(removal.removed_resources, ["old"]);
 }
+
+/// Review finding 3: a heartbeat carries nothing new, so its ACK is no later acceptance: a
+/// removal the accepted configuration needs stays held while the refusal stands.
+#[test]
+fn an_acknowledged_heartbeat_does_not_lift_a_refusal() {
+    let mut world = World::new();
+    let mut m = delta_client(&mut world);
+    let timed = |cluster: &str| {
+        json!({"type": "route", "name": "r", "variants": [
+        {"resource": route_to("r", cluster), "ttl": "2s"}]})
+    };
+    world.apply(json!([timed("old")]));
+    m.on_delta_request(delta_request(ROUTE, &["r"], &[], ""))
+        .unwrap();
+    let r = delta(&m.poll(&world.snapshot)[0]);
+    ack_delta(&mut m, &r);
+    // One revision moves the route away from `old` and deletes it; the route is refused.
+    let changed = world.apply(json!([timed("keep"), delete("cluster", "old")]));
+    m.on_changes(&changed);
+    let make = m.poll(&world.snapshot);
+    assert_eq!(make.len(), 1);
+    nack_delta(&mut m, &delta(&make[0]));
+    assert!(
+        m.poll(&world.snapshot).is_empty(),
+        "the accepted route names old"
+    );
+    // The accepted route's heartbeat, acknowledged: the client still holds the route naming
+    // `old`, so `old` stays.
+    let beats = m.heartbeat(world.snapshot.revision, std::time::Instant::now());
+    assert_eq!(beats.len(), 1);
+    let beat = delta(&beats[0]);
+    assert_eq!(beat.resources[0].version, r.resources[0].version);
+    ack_delta(&mut m, &beat);
+    assert!(m.poll(&world.snapshot).is_empty(), "still held back");
+}

@@ -101,12 +101,14 @@ impl TypeState {
         for key in renewed {
             self.renewed.insert(key, beat.now);
         }
-        self.finish_delta(
+        let response = self.finish_delta(
             response,
             seq,
             system_version,
             accepted::Carried::Changes(Vec::new()),
-        )
+        )?;
+        self.mark_heartbeat(&response.nonce);
+        Some(response)
     }
 
     /// SotW heartbeat: the due TTL'd resources (EDS, RDS) or the whole accepted state (every
@@ -150,6 +152,7 @@ impl TypeState {
             self.renewed.insert(key, beat.now);
         }
         let nonce = self.sotw_outstanding(seq, &version);
+        self.mark_heartbeat(&nonce);
         Some(SotwResponse {
             version_info: version,
             resources,

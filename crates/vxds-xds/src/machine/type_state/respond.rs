@@ -131,12 +131,15 @@ impl TypeState {
                 self.accept_through(answered.seq);
                 self.accepted_version = Some(version.clone());
                 // A later version accepted: the refusal is behind the client, and the refused
-                // content may be sent again if it comes back.
-                if self.refused.is_some_and(|r| answered.seq > r.seq) {
-                    self.refused = None;
-                }
-                if self.nacked_version.as_deref() != Some(version.as_str()) {
-                    self.nacked_version = None;
+                // content may be sent again if it comes back. A heartbeat is no later version:
+                // it renews what the client held when it refused.
+                if !answered.heartbeat {
+                    if self.refused.is_some_and(|r| answered.seq > r.seq) {
+                        self.refused = None;
+                    }
+                    if self.nacked_version.as_deref() != Some(version.as_str()) {
+                        self.nacked_version = None;
+                    }
                 }
                 Ack::Acked {
                     version: if client_version.is_empty() {
@@ -456,6 +459,7 @@ impl TypeState {
                 version: system_version.to_owned(),
                 seq,
                 since: seq,
+                heartbeat: false,
             },
         );
         response
@@ -481,9 +485,17 @@ impl TypeState {
                 version: version.to_owned(),
                 seq,
                 since,
+                heartbeat: false,
             },
         );
         nonce
+    }
+
+    /// Marks response `nonce` as a heartbeat (see [`Outstanding::heartbeat`]).
+    pub(super) fn mark_heartbeat(&mut self, nonce: &str) {
+        if let Some(outstanding) = self.outstanding.get_mut(nonce) {
+            outstanding.heartbeat = true;
+        }
     }
 
     /// What the client holds, for visibility.
