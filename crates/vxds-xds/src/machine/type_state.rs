@@ -190,7 +190,8 @@ pub(crate) struct TypeState {
     /// The changes each unanswered response carried, by sequence number (Delta: its changes;
     /// SotW: its whole state), applied to `accepted` when it is acknowledged.
     unacked: BTreeMap<u64, accepted::Carried>,
-    /// Responses sent since the client last answered one of this type.
+    /// Responses sent after the last one of this type the client answered (a nonce never
+    /// sent, or already answered, resets nothing).
     pub unanswered: usize,
     /// When each accepted TTL'd item was last renewed by a heartbeat.
     renewed: BTreeMap<ItemKey, std::time::Instant>,

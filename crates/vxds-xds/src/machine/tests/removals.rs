@@ -449,3 +449,53 @@ fn an_acknowledged_heartbeat_does_not_lift_a_refusal() {
     ack_delta(&mut m, &beat);
     assert!(m.poll(&world.snapshot).is_empty(), "still held back");
 }
+
+/// Review finding 4: a Delta client answering only every other response (in order) answers
+/// the ones between too, so they hold back no removal; and a bogus nonce is no answer.
+#[test]
+fn delta_an_answer_settles_the_earlier_responses_and_a_bogus_nonce_nothing() {
+    let mut world = World::new();
+    let mut m = delta_client(&mut world);
+    let mut last = None;
+    for tag in ["2", "3"] {
+        let changed = world.apply(json!([put("endpoint", "e", &[("*", endpoint("e", tag))])]));
+        m.on_changes(&changed);
+        last = Some(delta(&m.poll(&world.snapshot)[0]));
+    }
+    // A request with a nonce never sent answers nothing.
+    m.on_delta_request(delta_request(ENDPOINT, &[], &[], "999999"))
+        .unwrap();
+    let changed = world.apply(json!([delete("cluster", "old")]));
+    m.on_changes(&changed);
+    assert!(m.poll(&world.snapshot).is_empty(), "two updates unanswered");
+    // Only the second update is answered: the first is settled with it.
+    ack_delta(&mut m, last.as_ref().unwrap());
+    let removal = delta(&m.poll(&world.snapshot)[0]);
+    assert_eq!(removal.removed_resources, ["old"]);
+}
+
+/// Review finding 4: a request with a bogus nonce does not reset the unanswered count.
+#[test]
+fn a_bogus_nonce_does_not_reset_the_unanswered_bound() {
+    let mut world = World::new();
+    let config = MachineConfig {
+        max_unanswered: 3,
+        ..Default::default()
+    };
+    let mut m = StreamMachine::new(1, Protocol::Delta, &ADS, Arc::new(config));
+    m.on_delta_request(delta_request(ENDPOINT, &["e"], &[], ""))
+        .unwrap();
+    for tag in 0..4 {
+        let changed = world.apply(json!([put(
+            "endpoint",
+            "e",
+            &[("*", endpoint("e", &tag.to_string()))]
+        )]));
+        m.on_changes(&changed);
+        assert_eq!(m.poll(&world.snapshot).len(), 1);
+        m.on_delta_request(delta_request(ENDPOINT, &[], &[], "bogus"))
+            .unwrap();
+    }
+    let status = m.check_backlog().unwrap_err();
+    assert_eq!(status.code(), tonic::Code::ResourceExhausted);
+}

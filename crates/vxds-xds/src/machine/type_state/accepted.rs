@@ -66,8 +66,19 @@ impl TypeState {
     /// The client refused response `seq`: it keeps what it had accepted. A SotW response
     /// answers for those it superseded: they will not be answered any more.
     pub(super) fn refuse(&mut self, seq: u64) {
-        if let Some(Carried::State(..)) = self.unacked.remove(&seq) {
-            self.unacked = self.unacked.split_off(&seq);
+        match self.unacked.remove(&seq) {
+            Some(Carried::State(..)) => self.unacked = self.unacked.split_off(&seq),
+            // Delta: clients answer in order, so an earlier response left unanswered was
+            // taken without a word.
+            _ if seq > 0
+                && self
+                    .unacked
+                    .range(..seq)
+                    .all(|(_, c)| matches!(c, Carried::Changes(_))) =>
+            {
+                self.accept_through(seq - 1)
+            }
+            _ => {}
         }
     }
 

@@ -109,9 +109,12 @@ impl TypeState {
         error: Option<String>,
         client_version: &str,
     ) -> Option<Ack> {
-        // Any answer shows a client that keeps up.
-        self.unanswered = 0;
         let answered = self.outstanding.remove(nonce)?;
+        // Clients answer in order (Envoy does): an answer to one response answers every
+        // earlier one of the type too, and what is left unanswered was sent after it. Only a
+        // response in flight counts: a bogus nonce resets nothing.
+        self.outstanding.retain(|_, o| o.seq > answered.seq);
+        self.unanswered = self.outstanding.len();
         let version = answered.version;
         Some(match error {
             Some(message) => {
