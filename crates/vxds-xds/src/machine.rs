@@ -443,7 +443,9 @@ impl StreamMachine {
         let ty = self.type_state(&type_url)?;
         if !request.response_nonce.is_empty() {
             // Not the latest response's nonce: a later response superseded what this request
-            // answers, so it is stale: neither an ACK nor a NACK. Its subscription still
+            // answers, so it is stale: no answer to the latest, but an ACK of a superseded
+            // response still in flight means the client holds that one's state (and a NACK,
+            // that it kept what it had); see `answer_superseded`. Its subscription still
             // counts — Envoy's unified mux stamps every request that is not an answer with the
             // last nonce it *accepted*, so after a NACK a new name arrives this way. (A nonce
             // on a stream that has sent nothing yet is a client reconnecting; it counts.)
@@ -452,9 +454,7 @@ impl StreamMachine {
                 .as_deref()
                 .is_some_and(|last| last != request.response_nonce);
             if stale {
-                if request.error_detail.is_none() {
-                    ty.settle_superseded(&request.response_nonce);
-                }
+                ty.answer_superseded(&request.response_nonce, request.error_detail.is_none());
             } else if let Some(ack) = ty.answer(
                 &request.response_nonce,
                 error_message(&request.error_detail),

@@ -623,7 +623,10 @@ async fn run_stream<Req, Resp>(
         if let Err(status) = machine.check_backlog() {
             shared.metrics.unanswered_ended.inc();
             warn!(stream = id, node = ?machine.node().map(|n| n.id.clone()), error = %status.message(), "a client left too many responses unanswered; closing its stream");
-            let _ = out.try_send(Box::new(Err(status)));
+            // Its queue is likely full (it does not answer, so it may not read either): wait
+            // a moment for room, as `end_unavailable` does, so that it learns why.
+            let status = Box::new(Err(status));
+            let _ = tokio::time::timeout(Duration::from_secs(1), out.send(status)).await;
             break;
         }
         let ttl = machine.shortest_ttl();

@@ -244,6 +244,10 @@ fn sotw_names(response: &DiscoveryResponse) -> Vec<String> {
                 )
                 .unwrap()
                 .name
+            } else if any.type_url == crate::types::RUNTIME {
+                vxds_envoy::pb::envoy::service::runtime::v3::Runtime::decode(any.value.as_slice())
+                    .unwrap()
+                    .name
             } else {
                 vxds_envoy::pb::envoy::config::listener::v3::Listener::decode(any.value.as_slice())
                     .unwrap()

@@ -187,10 +187,11 @@ pub(crate) struct TypeState {
     accepted: BTreeMap<ItemKey, Item>,
     /// The version of the last response the client accepted (SotW heartbeats carry it).
     accepted_version: Option<String>,
-    /// The changes each unanswered response carried (Delta: by sequence number; SotW: the one
-    /// outstanding response's whole state), applied to `accepted` when it is acknowledged.
+    /// The changes each unanswered response carried, by sequence number (Delta: its changes;
+    /// SotW: its whole state), applied to `accepted` when it is acknowledged.
     unacked: BTreeMap<u64, accepted::Carried>,
-    /// Responses sent since the client last answered one of this type.
+    /// Responses sent after the last one of this type the client answered (a nonce never
+    /// sent, or already answered, resets nothing).
     pub unanswered: usize,
     /// When each accepted TTL'd item was last renewed by a heartbeat.
     renewed: BTreeMap<ItemKey, std::time::Instant>,
@@ -227,6 +228,8 @@ struct Outstanding {
     seq: u64,
     /// The earliest response it answers for: itself, or (SotW) the oldest it superseded.
     since: u64,
+    /// A heartbeat: it carries nothing new, so its ACK lifts no refusal.
+    heartbeat: bool,
 }
 
 /// A refused response: what was computed after `since` may depend on it.

@@ -414,3 +414,88 @@ fn delta_a_resubscribe_does_not_jump_a_pending_removal() {
     let removal = delta(&m.poll(&world.snapshot)[0]);
     assert_eq!(removal.removed_resources, ["old"]);
 }
+
+/// Review finding 3: a heartbeat carries nothing new, so its ACK is no later acceptance: a
+/// removal the accepted configuration needs stays held while the refusal stands.
+#[test]
+fn an_acknowledged_heartbeat_does_not_lift_a_refusal() {
+    let mut world = World::new();
+    let mut m = delta_client(&mut world);
+    let timed = |cluster: &str| {
+        json!({"type": "route", "name": "r", "variants": [
+        {"resource": route_to("r", cluster), "ttl": "2s"}]})
+    };
+    world.apply(json!([timed("old")]));
+    m.on_delta_request(delta_request(ROUTE, &["r"], &[], ""))
+        .unwrap();
+    let r = delta(&m.poll(&world.snapshot)[0]);
+    ack_delta(&mut m, &r);
+    // One revision moves the route away from `old` and deletes it; the route is refused.
+    let changed = world.apply(json!([timed("keep"), delete("cluster", "old")]));
+    m.on_changes(&changed);
+    let make = m.poll(&world.snapshot);
+    assert_eq!(make.len(), 1);
+    nack_delta(&mut m, &delta(&make[0]));
+    assert!(
+        m.poll(&world.snapshot).is_empty(),
+        "the accepted route names old"
+    );
+    // The accepted route's heartbeat, acknowledged: the client still holds the route naming
+    // `old`, so `old` stays.
+    let beats = m.heartbeat(world.snapshot.revision, std::time::Instant::now());
+    assert_eq!(beats.len(), 1);
+    let beat = delta(&beats[0]);
+    assert_eq!(beat.resources[0].version, r.resources[0].version);
+    ack_delta(&mut m, &beat);
+    assert!(m.poll(&world.snapshot).is_empty(), "still held back");
+}
+
+/// Review finding 4: a Delta client answering only every other response (in order) answers
+/// the ones between too, so they hold back no removal; and a bogus nonce is no answer.
+#[test]
+fn delta_an_answer_settles_the_earlier_responses_and_a_bogus_nonce_nothing() {
+    let mut world = World::new();
+    let mut m = delta_client(&mut world);
+    let mut last = None;
+    for tag in ["2", "3"] {
+        let changed = world.apply(json!([put("endpoint", "e", &[("*", endpoint("e", tag))])]));
+        m.on_changes(&changed);
+        last = Some(delta(&m.poll(&world.snapshot)[0]));
+    }
+    // A request with a nonce never sent answers nothing.
+    m.on_delta_request(delta_request(ENDPOINT, &[], &[], "999999"))
+        .unwrap();
+    let changed = world.apply(json!([delete("cluster", "old")]));
+    m.on_changes(&changed);
+    assert!(m.poll(&world.snapshot).is_empty(), "two updates unanswered");
+    // Only the second update is answered: the first is settled with it.
+    ack_delta(&mut m, last.as_ref().unwrap());
+    let removal = delta(&m.poll(&world.snapshot)[0]);
+    assert_eq!(removal.removed_resources, ["old"]);
+}
+
+/// Review finding 4: a request with a bogus nonce does not reset the unanswered count.
+#[test]
+fn a_bogus_nonce_does_not_reset_the_unanswered_bound() {
+    let mut world = World::new();
+    let config = MachineConfig {
+        max_unanswered: 3,
+        ..Default::default()
+    };
+    let mut m = StreamMachine::new(1, Protocol::Delta, &ADS, Arc::new(config));
+    m.on_delta_request(delta_request(ENDPOINT, &["e"], &[], ""))
+        .unwrap();
+    for tag in 0..4 {
+        let changed = world.apply(json!([put(
+            "endpoint",
+            "e",
+            &[("*", endpoint("e", &tag.to_string()))]
+        )]));
+        m.on_changes(&changed);
+        assert_eq!(m.poll(&world.snapshot).len(), 1);
+        m.on_delta_request(delta_request(ENDPOINT, &[], &[], "bogus"))
+            .unwrap();
+    }
+    let status = m.check_backlog().unwrap_err();
+    assert_eq!(status.code(), tonic::Code::ResourceExhausted);
+}

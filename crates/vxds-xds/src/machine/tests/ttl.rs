@@ -400,3 +400,75 @@ fn a_client_that_never_answers_is_bounded_then_ended() {
         status.message()
     );
 }
+
+/// Review finding 1: only EDS and RDS take a partial SotW response as it is. Envoy's unified
+/// mux gives every other watch of the type an empty update, which RTDS (and SDS, ECDS) refuse
+/// and SRDS, LDS and CDS take as "remove all", so their heartbeat is the whole accepted state.
+#[test]
+fn sotw_heartbeats_of_types_other_than_eds_and_rds_carry_the_whole_accepted_state() {
+    let mut world = World::new();
+    let layer =
+        |name: &str| json!({"@type": crate::types::RUNTIME, "name": name, "layer": {"k": name}});
+    world.apply(json!([
+        {"type": "runtime", "name": "fast", "variants": [{"resource": layer("fast"), "ttl": "2s"}]},
+        {"type": "runtime", "name": "slow", "variants": [{"resource": layer("slow"), "ttl": "20s"}]},
+        put("runtime", "plain", &[("*", layer("plain"))]),
+    ]));
+    let names = ["fast", "plain", "slow"];
+    let mut m = sotw_machine();
+    m.on_sotw_request(sotw_request(crate::types::RUNTIME, &names, "", ""))
+        .unwrap();
+    let r = sotw(&m.poll(&world.snapshot)[0]);
+    assert_eq!(sotw_names(&r), names);
+    m.on_sotw_request(sotw_request(
+        crate::types::RUNTIME,
+        &names,
+        &r.nonce,
+        &r.version_info,
+    ))
+    .unwrap();
+    // Only `fast` is due, but every layer the client accepted goes with it, unchanged.
+    let beat = sotw(&m.heartbeat(1, now())[0]);
+    assert_eq!(beat.version_info, r.version_info);
+    assert_eq!(sotw_names(&beat), names);
+    assert_eq!(beat.resources, r.resources);
+}
+
+/// Review finding 2: a lagging SotW client ACKs a superseded response (a stale nonce), then
+/// NACKs the latest. It holds the superseded state: heartbeats renew that one, at its version,
+/// not the one it held before.
+#[test]
+fn sotw_a_stale_ack_is_what_the_client_holds_after_it_refuses_the_latest() {
+    let mut world = World::new();
+    let web = |tag: &str| {
+        json!([{"type": "route", "name": "web", "variants": [
+        {"resource": route("web", tag), "ttl": "2s"}]}])
+    };
+    world.apply(web("a"));
+    let mut m = sotw_machine();
+    m.on_sotw_request(sotw_request(ROUTE, &["web"], "", ""))
+        .unwrap();
+    let a = sotw(&m.poll(&world.snapshot)[0]);
+    m.on_sotw_request(sotw_request(ROUTE, &["web"], &a.nonce, &a.version_info))
+        .unwrap();
+    let changed = world.apply(web("b"));
+    m.on_changes(&changed);
+    let b = sotw(&m.poll(&world.snapshot)[0]);
+    let changed = world.apply(web("c"));
+    m.on_changes(&changed);
+    let c = sotw(&m.poll(&world.snapshot)[0]);
+    assert_ne!(b.version_info, c.version_info);
+    // ACK of b (stale: c superseded it), then NACK of c.
+    m.on_sotw_request(sotw_request(ROUTE, &["web"], &b.nonce, &b.version_info))
+        .unwrap();
+    let mut nack = sotw_request(ROUTE, &["web"], &c.nonce, &b.version_info);
+    nack.error_detail = Some(RpcStatus {
+        code: 3,
+        message: "refused".into(),
+        details: vec![],
+    });
+    m.on_sotw_request(nack).unwrap();
+    let beat = sotw(&m.heartbeat(world.snapshot.revision, now())[0]);
+    assert_eq!(beat.version_info, b.version_info);
+    assert_eq!(beat.resources, b.resources);
+}

@@ -5,8 +5,9 @@
 //! accepted versions (Envoy takes a heartbeat only at the version it holds), and the NACK scope
 //! reads the accepted items' references.
 //!
-//! Bounded: SotW keeps one state (a later response supersedes the unanswered one); Delta one
-//! entry per unanswered response, and a stream past `--xds-max-unanswered` is ended.
+//! SotW keeps the state of every unanswered response: a client lagging under churn answers a
+//! superseded response too (a stale nonce), and an ACK of it means it holds that state. Bounded:
+//! one entry per unanswered response, and a stream past `--xds-max-unanswered` is ended.
 
 use super::*;
 
@@ -15,8 +16,8 @@ use super::*;
 pub(crate) enum Carried {
     /// Delta: items added or updated (`Some`) and removed (`None`).
     Changes(Vec<(ItemKey, Option<Item>)>),
-    /// SotW: the whole state of the type.
-    State(Vec<(ItemKey, Item)>),
+    /// SotW: the whole state of the type, and the response's version.
+    State(Vec<(ItemKey, Item)>, String),
 }
 
 impl TypeState {
@@ -24,12 +25,7 @@ impl TypeState {
     pub(super) fn carry(&mut self, seq: u64, carried: Carried) {
         match carried {
             Carried::Changes(changes) if changes.is_empty() => {}
-            carried @ Carried::Changes(_) => {
-                self.unacked.insert(seq, carried);
-            }
-            carried @ Carried::State(_) => {
-                // The client answers only the latest SotW response: it stands for the others.
-                self.unacked.clear();
+            carried => {
                 self.unacked.insert(seq, carried);
             }
         }
@@ -55,8 +51,9 @@ impl TypeState {
                         };
                     }
                 }
-                Carried::State(state) => {
+                Carried::State(state, version) => {
                     self.accepted = state.into_iter().collect();
+                    self.accepted_version = Some(version);
                     let timed = self.accepted.iter().filter(|(_, i)| i.ttl().is_some());
                     self.fresh.extend(timed.map(|(k, _)| k.clone()));
                 }
@@ -66,9 +63,38 @@ impl TypeState {
         self.fresh.retain(|k| self.accepted.contains_key(k));
     }
 
-    /// The client refused response `seq`: it keeps what it had accepted.
+    /// The client refused response `seq`: it keeps what it had accepted. A SotW response
+    /// answers for those it superseded: they will not be answered any more.
     pub(super) fn refuse(&mut self, seq: u64) {
-        self.unacked.remove(&seq);
+        match self.unacked.remove(&seq) {
+            Some(Carried::State(..)) => self.unacked = self.unacked.split_off(&seq),
+            // Delta: clients answer in order, so an earlier response left unanswered was
+            // taken without a word.
+            _ if seq > 0
+                && self
+                    .unacked
+                    .range(..seq)
+                    .all(|(_, c)| matches!(c, Carried::Changes(_))) =>
+            {
+                self.accept_through(seq - 1)
+            }
+            _ => {}
+        }
+    }
+
+    /// SotW: the client answered response `seq`, which a later one superseded (a stale
+    /// nonce). An ACK means it holds that response's state, at its version; a NACK, that it
+    /// kept what it had. Whether `seq` was a response still unanswered.
+    pub(super) fn answer_superseded_state(&mut self, seq: u64, accepted: bool) -> bool {
+        if !matches!(self.unacked.get(&seq), Some(Carried::State(..))) {
+            return false;
+        }
+        if accepted {
+            self.accept_through(seq);
+        } else {
+            self.unacked.remove(&seq);
+        }
+        true
     }
 
     /// Items with a change in flight: a heartbeat at the accepted version would arrive after
@@ -78,7 +104,7 @@ impl TypeState {
             .values()
             .flat_map(|carried| match carried {
                 Carried::Changes(changes) => changes.iter().map(|(k, _)| k).collect::<Vec<_>>(),
-                Carried::State(state) => state.iter().map(|(k, _)| k).collect(),
+                Carried::State(state, _) => state.iter().map(|(k, _)| k).collect(),
             })
             .collect()
     }

@@ -10,16 +10,19 @@
 //!
 //! SotW: bodies, at the accepted `version_info`. Envoy's legacy mux (`GrpcMuxImpl`) leaves a
 //! bodiless resource out of the update *and* out of its TTL renewal, so only a resource with
-//! its body renews a TTL with both muxes. LDS and CDS responses are the whole state (a missing
-//! listener or cluster is removed), so their heartbeat is the whole accepted state; for every
-//! other type a response need not be complete, and the heartbeat carries the due TTL'd
-//! resources only. A heartbeat never overtakes an unanswered response of its type.
+//! its body renews a TTL with both muxes. Only EDS and RDS take a partial response as it is
+//! (Envoy's unified mux gives a watch that got nothing an empty update, a no-op for those two),
+//! so only their heartbeat carries the due TTL'd resources alone. For every other type an
+//! empty update means "remove all" or is refused (SDS "Missing SDS resources", RTDS and ECDS
+//! count checks, SRDS drops every scope missing; LDS and CDS remove what is missing), so the
+//! heartbeat is the whole accepted state. A heartbeat never overtakes an unanswered response
+//! of its type.
 
 use std::time::{Duration, Instant};
 
 use super::respond::sotw_entry;
 use super::*;
-use crate::types::{CLUSTER, LISTENER, VIRTUAL_HOST};
+use crate::types::{ENDPOINT, ROUTE, VIRTUAL_HOST};
 use crate::wire::{DeltaResponse, SotwResponse};
 
 /// A type with this many responses unanswered gets no heartbeats: the client is behind (or
@@ -98,16 +101,18 @@ impl TypeState {
         for key in renewed {
             self.renewed.insert(key, beat.now);
         }
-        self.finish_delta(
+        let response = self.finish_delta(
             response,
             seq,
             system_version,
             accepted::Carried::Changes(Vec::new()),
-        )
+        )?;
+        self.mark_heartbeat(&response.nonce);
+        Some(response)
     }
 
-    /// SotW heartbeat: the accepted state (LDS, CDS) or its due TTL'd resources (other types),
-    /// with bodies, at the accepted version.
+    /// SotW heartbeat: the due TTL'd resources (EDS, RDS) or the whole accepted state (every
+    /// other type), with bodies, at the accepted version.
     pub fn sotw_heartbeat(&mut self, seq: u64, wrap_all: bool, beat: Beat) -> Option<SotwResponse> {
         self.settle_fresh(beat);
         if !self.outstanding.is_empty() || self.unanswered >= HEARTBEAT_BACKLOG {
@@ -123,7 +128,8 @@ impl TypeState {
         if due.is_empty() {
             return None;
         }
-        let complete = self.type_url == LISTENER || self.type_url == CLUSTER;
+        // Only EDS and RDS take a partial response without removing or refusing anything.
+        let complete = self.type_url != ENDPOINT && self.type_url != ROUTE;
         let resources: Vec<_> = self
             .accepted
             .iter()
@@ -146,6 +152,7 @@ impl TypeState {
             self.renewed.insert(key, beat.now);
         }
         let nonce = self.sotw_outstanding(seq, &version);
+        self.mark_heartbeat(&nonce);
         Some(SotwResponse {
             version_info: version,
             resources,

@@ -25,13 +25,21 @@ impl TypeState {
     }
 
     /// SotW: the client answered a response that a later one superseded (its requests lag
-    /// behind under churn; Envoy answers every response). An acceptance settles every response
-    /// up to that one, so the latest outstanding response no longer stands for them.
-    pub fn settle_superseded(&mut self, nonce: &str) {
-        self.unanswered = 0;
+    /// behind under churn; Envoy answers every response). An acceptance means it holds that
+    /// response's state, and settles every response up to that one, so the latest outstanding
+    /// response no longer stands for them; a refusal leaves it with what it had.
+    pub fn answer_superseded(&mut self, nonce: &str, accepted: bool) {
         let Ok(answered) = nonce.parse::<u64>() else {
             return;
         };
+        if self.answer_superseded_state(answered, accepted) {
+            // Only an answer to a response in flight shows a client that keeps up; what is
+            // still unanswered is what was sent after it.
+            self.unanswered = self.unacked.len();
+        }
+        if !accepted {
+            return;
+        }
         for outstanding in self.outstanding.values_mut() {
             if outstanding.since <= answered && answered < outstanding.seq {
                 outstanding.since = answered + 1;
@@ -101,9 +109,12 @@ impl TypeState {
         error: Option<String>,
         client_version: &str,
     ) -> Option<Ack> {
-        // Any answer shows a client that keeps up.
-        self.unanswered = 0;
         let answered = self.outstanding.remove(nonce)?;
+        // Clients answer in order (Envoy does): an answer to one response answers every
+        // earlier one of the type too, and what is left unanswered was sent after it. Only a
+        // response in flight counts: a bogus nonce resets nothing.
+        self.outstanding.retain(|_, o| o.seq > answered.seq);
+        self.unanswered = self.outstanding.len();
         let version = answered.version;
         Some(match error {
             Some(message) => {
@@ -123,12 +134,15 @@ impl TypeState {
                 self.accept_through(answered.seq);
                 self.accepted_version = Some(version.clone());
                 // A later version accepted: the refusal is behind the client, and the refused
-                // content may be sent again if it comes back.
-                if self.refused.is_some_and(|r| answered.seq > r.seq) {
-                    self.refused = None;
-                }
-                if self.nacked_version.as_deref() != Some(version.as_str()) {
-                    self.nacked_version = None;
+                // content may be sent again if it comes back. A heartbeat is no later version:
+                // it renews what the client held when it refused.
+                if !answered.heartbeat {
+                    if self.refused.is_some_and(|r| answered.seq > r.seq) {
+                        self.refused = None;
+                    }
+                    if self.nacked_version.as_deref() != Some(version.as_str()) {
+                        self.nacked_version = None;
+                    }
                 }
                 Ack::Acked {
                     version: if client_version.is_empty() {
@@ -245,7 +259,7 @@ impl TypeState {
             .iter()
             .map(|(k, (_, item))| (k.clone(), item.clone()))
             .collect();
-        self.carry(seq, Carried::State(state));
+        self.carry(seq, Carried::State(state, version.clone()));
         Some(SotwResponse {
             version_info: version,
             resources: entries.into_values().map(|(e, _)| e).collect(),
@@ -448,6 +462,7 @@ impl TypeState {
                 version: system_version.to_owned(),
                 seq,
                 since: seq,
+                heartbeat: false,
             },
         );
         response
@@ -473,9 +488,17 @@ impl TypeState {
                 version: version.to_owned(),
                 seq,
                 since,
+                heartbeat: false,
             },
         );
         nonce
+    }
+
+    /// Marks response `nonce` as a heartbeat (see [`Outstanding::heartbeat`]).
+    pub(super) fn mark_heartbeat(&mut self, nonce: &str) {
+        if let Some(outstanding) = self.outstanding.get_mut(nonce) {
+            outstanding.heartbeat = true;
+        }
     }
 
     /// What the client holds, for visibility.
