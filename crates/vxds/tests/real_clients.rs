@@ -270,6 +270,8 @@ fn backend(port: u16) -> Vec<Value> {
 }
 
 /// Commits `ops` as one changeset through the admin API.
+/// Commits `ops` and waits until the server's index serves the revision (the commit answers
+/// before the index has it, and a client asking at once would get the state before it).
 async fn apply(client: &reqwest::Client, admin: &str, ops: Vec<Value>) {
     let applied = client
         .post(format!("{admin}/v1/changesets"))
@@ -277,11 +279,24 @@ async fn apply(client: &reqwest::Client, admin: &str, ops: Vec<Value>) {
         .send()
         .await
         .unwrap();
-    assert!(
-        applied.status().is_success(),
-        "{}",
-        applied.text().await.unwrap()
-    );
+    let status = applied.status();
+    let body: Value = applied.json().await.unwrap_or_default();
+    assert!(status.is_success(), "{body}");
+    let Some(revision) = body["revision"].as_u64() else {
+        return;
+    };
+    let deadline = Instant::now() + WAIT;
+    loop {
+        let ready = get_json(client, &format!("{admin}/readyz")).await;
+        if ready["index_revision"].as_u64() >= Some(revision) {
+            return;
+        }
+        assert!(
+            Instant::now() < deadline,
+            "the index never reached revision {revision}: {ready}"
+        );
+        tokio::time::sleep(Duration::from_millis(20)).await;
+    }
 }
 
 /// GETs `url` and reads its JSON body.
