@@ -127,6 +127,9 @@ pub(crate) struct TypeState {
     /// gave it (Envoy's `DeltaSubscriptionState` clears its wildcard resources; a SotW client
     /// takes the next response as its whole state), so that is forgotten, not removed.
     left_wildcard: bool,
+    /// Some of `sent` is only what a reconnecting client reported holding (`Sent::Reported`),
+    /// not yet matched to the desired state: only then does a refresh look through `sent`.
+    reported_pending: bool,
     /// Plain-name subscriptions: spelling → normal form, both shared (`crate::intern`; one
     /// `Arc` when they are the same), so that the registry's interest takes them as they are.
     names: BTreeMap<Arc<str>, Arc<str>>,
@@ -248,6 +251,7 @@ impl TypeState {
             legacy_wildcard: false,
             explicit_wildcard: false,
             left_wildcard: false,
+            reported_pending: false,
             names: BTreeMap::new(),
             names_by_normal: BTreeMap::new(),
             locators: BTreeMap::new(),

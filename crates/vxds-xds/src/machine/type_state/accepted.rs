@@ -113,6 +113,11 @@ impl TypeState {
     /// the server has is held and accepted, so its TTL is renewed like anything delivered here
     /// (Envoy's TTL timers survive a reconnect).
     pub(super) fn accept_reported(&mut self) {
+        // A walk of everything the client holds: on the refresh path of every stream, so only
+        // while a reconnect's reports are still unmatched.
+        if !self.reported_pending {
+            return;
+        }
         let matching: Vec<(ItemKey, Item)> = self
             .sent
             .iter()
@@ -129,6 +134,10 @@ impl TypeState {
             self.send(key.clone(), Sent::Delivered(item.clone()));
             self.accepted.insert(key, item);
         }
+        self.reported_pending = self
+            .sent
+            .values()
+            .any(|sent| matches!(sent, Sent::Reported(_)));
     }
 
     /// The accepted items, for the NACK scope's references.

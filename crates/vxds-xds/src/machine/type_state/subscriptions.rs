@@ -414,6 +414,7 @@ impl TypeState {
         self.reported_names.insert(Arc::from(name));
         let key = ItemKey::Name(Arc::from(name));
         self.send(key.clone(), Sent::Reported(Arc::from(version)));
+        self.reported_pending = true;
         self.dirty.insert(key);
     }
 
