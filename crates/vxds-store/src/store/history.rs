@@ -32,7 +32,13 @@ const RESTORE_ATTEMPTS: usize = 3;
 /// differs from the state to restore, that state and the resource's current version.
 struct Plan {
     head: u64,
-    resources: Vec<(ResourceKey, PastState, Option<String>)>,
+    resources: Vec<(ResourceKey, Past, Option<String>)>,
+}
+
+/// A resource's state right after a revision, with whether it was marked shared then.
+struct Past {
+    state: PastState,
+    shared: bool,
 }
 
 impl Store {
@@ -46,8 +52,8 @@ impl Store {
             refuse_pruned(&mut tx, revision, revision).await?;
             let mut resources = Vec::with_capacity(found.changes.len());
             for change in &found.changes {
-                let before = state_at(&mut tx, &change.key, revision - 1).await?;
-                let after = state_at(&mut tx, &change.key, revision).await?;
+                let before = state_at(&mut tx, &change.key, revision - 1).await?.state;
+                let after = state_at(&mut tx, &change.key, revision).await?.state;
                 resources.push(ResourceDiff {
                     change: change.clone(),
                     before,
@@ -174,7 +180,7 @@ impl Store {
             };
             let current: Option<String> = row.try_get(2)?;
             let state = state_at(&mut tx, &key, to).await?;
-            if matches!(state, PastState::Absent) && current.is_none() {
+            if matches!(state.state, PastState::Absent) && current.is_none() {
                 continue; // created and deleted again since
             }
             resources.push((key, state, current));
@@ -201,14 +207,19 @@ async fn refuse_pruned(
     Ok(())
 }
 
-/// A resource's state right after revision `at`.
+/// A resource's state right after revision `at`, and whether it was shared then (not known
+/// of revisions recorded before migration 0008 at another version than today's: unshared).
 async fn state_at(
     tx: &mut Transaction<'_, Any>,
     key: &ResourceKey,
     at: u64,
-) -> Result<PastState, StoreError> {
+) -> Result<Past, StoreError> {
+    let absent = |state| Past {
+        state,
+        shared: false,
+    };
     let last = sqlx::query(
-        "SELECT revision, change FROM vxds_revision_changes \
+        "SELECT revision, change, shared FROM vxds_revision_changes \
          WHERE type_url = $1 AND name = $2 AND revision <= $3 ORDER BY revision DESC LIMIT 1",
     )
     .bind(&key.type_url)
@@ -217,13 +228,14 @@ async fn state_at(
     .fetch_optional(&mut **tx)
     .await?;
     let Some(last) = last else {
-        return Ok(PastState::Absent);
+        return Ok(absent(PastState::Absent));
     };
     let revision: i64 = last.try_get(0)?;
     let change: String = last.try_get(1)?;
     if change == ChangeKind::Deleted.as_str() {
-        return Ok(PastState::Absent);
+        return Ok(absent(PastState::Absent));
     }
+    let shared = last.try_get::<Option<i64>, _>(2)? == Some(1);
     let rows = sqlx::query(
         "SELECT variant_id, constraints, body, version, ttl_ms FROM vxds_variant_history \
          WHERE type_url = $1 AND name = $2 AND revision = $3 ORDER BY position",
@@ -235,7 +247,7 @@ async fn state_at(
     .await?;
     if rows.is_empty() {
         // Every resource has a variant: an empty set is one the history never saw.
-        return Ok(PastState::NotKept);
+        return Ok(absent(PastState::NotKept));
     }
     let variants = rows
         .iter()
@@ -250,19 +262,22 @@ async fn state_at(
             })
         })
         .collect::<Result<_, StoreError>>()?;
-    Ok(PastState::Present(variants))
+    Ok(Past {
+        state: PastState::Present(variants),
+        shared,
+    })
 }
 
 /// The operation that takes one resource from `current` (its version, if it exists) back to
 /// `state`.
 fn operation(
     key: ResourceKey,
-    state: PastState,
+    past: Past,
     current: Option<String>,
     to: u64,
 ) -> Result<OperationRequest, RestoreError> {
     let expected_version = current.clone().map(ExpectedVersion::One);
-    match state {
+    match past.state {
         PastState::Absent => Ok(OperationRequest::Delete(DeleteRequest {
             resource_type: key.type_url,
             name: key.name,
@@ -290,9 +305,8 @@ fn operation(
                 name: key.name,
                 must_not_exist: current.is_none(),
                 expected_version,
-                // The history keeps variants, not sharing: a restored secret is unshared
-                // (the safe side) until marked again.
-                shared: false,
+                // As it was: restoring neither shares nor unshares a secret by itself.
+                shared: past.shared,
                 variants,
             }))
         }

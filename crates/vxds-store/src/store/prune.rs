@@ -328,8 +328,8 @@ impl Store {
                  WHERE $5 = $5 AND $6 = $6"
             ),
             format!(
-                "{seq} INSERT INTO vxds_revision_changes (revision, type_url, name, change, version) \
-                 SELECT n, r.type_url, r.name, 'updated', r.version FROM seq, vxds_resources r \
+                "{seq} INSERT INTO vxds_revision_changes (revision, type_url, name, change, version, shared) \
+                 SELECT n, r.type_url, r.name, 'updated', r.version, r.shared FROM seq, vxds_resources r \
                  WHERE $3 = $3 AND $4 = $4 AND r.type_url = $5 AND r.name = $6"
             ),
             format!(

@@ -233,6 +233,13 @@ impl Store {
                 }
             }
         }
+        // Kept with each put's change, so that a restore brings the sharing back too.
+        let shared: BTreeSet<&ResourceKey> = changeset
+            .operations
+            .iter()
+            .filter(|op| matches!(&op.action, Action::Put(r) if r.shared))
+            .map(|op| &op.key)
+            .collect();
         insert_revision(
             &mut tx,
             revision,
@@ -240,6 +247,7 @@ impl Store {
             author.as_deref(),
             changeset.message.as_deref(),
             &changes,
+            &shared,
         )
         .await?;
         sqlx::query("UPDATE vxds_head SET revision = $1 WHERE id = 1")
@@ -556,6 +564,7 @@ async fn insert_revision(
     author: Option<&str>,
     message: Option<&str>,
     changes: &[Change],
+    shared: &BTreeSet<&ResourceKey>,
 ) -> Result<(), StoreError> {
     sqlx::query("INSERT INTO vxds_revisions (revision, created_at_ms, author, message) VALUES ($1, $2, $3, $4)")
         .bind(revision as i64)
@@ -566,14 +575,17 @@ async fn insert_revision(
         .await?;
     for change in changes {
         sqlx::query(
-            "INSERT INTO vxds_revision_changes (revision, type_url, name, change, version) \
-             VALUES ($1, $2, $3, $4, $5)",
+            "INSERT INTO vxds_revision_changes (revision, type_url, name, change, version, shared) \
+             VALUES ($1, $2, $3, $4, $5, $6)",
         )
         .bind(revision as i64)
         .bind(&change.key.type_url)
         .bind(&change.key.name)
         .bind(change.change.as_str())
         .bind(change.version.clone())
+        .bind(
+            (change.change != ChangeKind::Deleted).then(|| i64::from(shared.contains(&change.key))),
+        )
         .execute(&mut **tx)
         .await?;
     }

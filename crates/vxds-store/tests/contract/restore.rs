@@ -11,6 +11,7 @@ on_both_backends!(
     a_restore_is_guarded_by_the_expected_revision,
     states_written_before_the_history_are_not_restored,
     a_restore_brings_back_ttls,
+    a_restore_brings_back_a_secrets_sharing,
 );
 
 fn put_route(name: &str, variants: &[(&str, &str)]) -> Value {
@@ -27,6 +28,75 @@ fn delete_route(name: &str) -> Value {
 
 fn ops(operations: Vec<Value>) -> ChangesetRequest {
     changeset(json!({ "operations": operations }))
+}
+
+fn put_secret(shared: bool, ca: &str) -> Value {
+    json!({"op": "put", "type": "secret", "name": "ca", "shared": shared, "variants": [
+        {"resource": {
+            "@type": "type.googleapis.com/envoy.extensions.transport_sockets.tls.v3.Secret",
+            "name": "ca", "validation_context": {"trusted_ca": {"inline_string": ca}}}}]})
+}
+
+/// Issue 22: restoring (or rolling back to) a revision brings back whether a secret was
+/// marked shared with its variants: it neither shares nor unshares a secret by itself.
+async fn a_restore_brings_back_a_secrets_sharing(db: TestDb) {
+    let store = db.store().await;
+    let secret = key(
+        "type.googleapis.com/envoy.extensions.transport_sockets.tls.v3.Secret",
+        "ca",
+    );
+    let state = |store: &vxds_store::Store| {
+        let (store, secret) = (store.clone(), secret.clone());
+        async move {
+            let s = store.get(&secret).await.unwrap().unwrap();
+            (s.shared, s.version)
+        }
+    };
+    // r1 shared; r2 the same variants unshared; r3 shared with other variants; r4 deleted.
+    store
+        .apply(ops(vec![put_secret(true, "CA1")]), None)
+        .await
+        .unwrap();
+    let at1 = state(&store).await;
+    assert!(at1.0);
+    store
+        .apply(ops(vec![put_secret(false, "CA1")]), None)
+        .await
+        .unwrap();
+    let at2 = state(&store).await;
+    assert!(!at2.0);
+    store
+        .apply(ops(vec![put_secret(true, "CA2")]), None)
+        .await
+        .unwrap();
+    store
+        .apply(
+            ops(vec![
+                json!({"op": "delete", "type": "secret", "name": "ca"}),
+            ]),
+            None,
+        )
+        .await
+        .unwrap();
+
+    // Recreated from r1: shared, at r1's version.
+    store
+        .restore(1, RestoreOptions::default(), None)
+        .await
+        .unwrap();
+    assert_eq!(state(&store).await, at1);
+    // Back to r2: the same variants, unshared again.
+    store
+        .restore(2, RestoreOptions::default(), None)
+        .await
+        .unwrap();
+    assert_eq!(state(&store).await, at2);
+    // And shared again from r1 over the unshared state.
+    store
+        .restore(1, RestoreOptions::default(), None)
+        .await
+        .unwrap();
+    assert_eq!(state(&store).await, at1);
 }
 
 async fn a_restore_brings_back_ttls(db: TestDb) {
