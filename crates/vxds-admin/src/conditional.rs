@@ -8,6 +8,11 @@ use vxds_envoy::changeset::{ANY_VERSION, ExpectedVersion};
 
 use crate::problem::ApiError;
 
+/// What ends the entity-tag of a representation with its secret key material redacted
+/// (`"<version>;redacted"`): it differs from the full representation's `"<version>"`, as RFC 9110
+/// §8.8.3 asks of two representations. A write's `If-Match` takes either: both name the version.
+pub const REDACTED_TAG_SUFFIX: &str = ";redacted";
+
 /// The entity-tags of a condition header.
 #[derive(Clone, Debug, PartialEq, Eq)]
 pub enum Tags {
@@ -102,7 +107,11 @@ pub fn if_match_expectation(tags: Option<Tags>) -> Result<Option<ExpectedVersion
                 .into_iter()
                 // A quoted "*" is a tag, not the wildcard; no version is spelt so.
                 .filter(|t| !t.weak && t.opaque != ANY_VERSION)
-                .map(|t| t.opaque)
+                // The redacted representation's tag names the same version.
+                .map(|t| match t.opaque.strip_suffix(REDACTED_TAG_SUFFIX) {
+                    Some(version) => version.to_owned(),
+                    None => t.opaque,
+                })
                 .collect();
             if strong.is_empty() {
                 return Err(precondition_failed(
@@ -233,6 +242,12 @@ mod tests {
         assert_eq!(
             if_match_expectation(mixed).unwrap(),
             Some(ExpectedVersion::AnyOf(vec!["b".into(), "c".into()]))
+        );
+        // The tag of a redacted representation names the version it shows.
+        let redacted = Some(Tags::List(vec![tag(false, "v7;redacted")]));
+        assert_eq!(
+            if_match_expectation(redacted).unwrap(),
+            Some(ExpectedVersion::AnyOf(vec!["v7".into()]))
         );
         assert!(none_match_hits(&Tags::List(vec![tag(true, "a")]), "a"));
         assert!(!none_match_hits(&Tags::List(vec![tag(false, "a")]), "b"));

@@ -198,8 +198,23 @@ pub async fn list(
     }))
 }
 
-fn etag(version: &str) -> HeaderValue {
-    HeaderValue::from_str(&format!("\"{version}\"")).unwrap_or(HeaderValue::from_static("\"\""))
+fn etag(opaque: &str) -> HeaderValue {
+    HeaderValue::from_str(&format!("\"{opaque}\"")).unwrap_or(HeaderValue::from_static("\"\""))
+}
+
+/// The opaque part of the entity-tag of `repr` as `caller` is shown it: the version, or, when
+/// the caller's answer has key material redacted, the version with
+/// [`conditional::REDACTED_TAG_SUFFIX`] — two representations of one version are two entity-tags
+/// (RFC 9110 §8.8.3). Writes take either (see [`conditional::if_match_expectation`]).
+fn representation_tag(repr: &ResourceRepr, caller: Option<&Caller>) -> String {
+    let sees_secrets = caller.is_some_and(|c| c.sees_secrets);
+    if !sees_secrets
+        && let Ok(mut value) = serde_json::to_value(repr)
+        && crate::redact::redact_secrets(&mut value)
+    {
+        return format!("{}{}", repr.version, conditional::REDACTED_TAG_SUFFIX);
+    }
+    repr.version.clone()
 }
 
 /// Read one resource with all its variants.
@@ -210,7 +225,7 @@ fn etag(version: &str) -> HeaderValue {
     tag = "resources",
     params(ResourcePathDoc),
     responses(
-        (status = 200, description = "The resource", body = ResourceRepr, headers(("ETag" = String, description = "The resource version"))),
+        (status = 200, description = "The resource", body = ResourceRepr, headers(("ETag" = String, description = "The resource version; `\"<version>;redacted\"` when key material was redacted for this token (another representation, another tag)"))),
         (status = 304, description = "Unchanged since the `If-None-Match` tag"),
         (status = 412, description = "`If-Match` does not hold: the resource is at another version (strong comparison) or, with `*`, does not exist", body = ProblemBody, content_type = "application/problem+json"),
         (status = 400, description = "A bad parameter", body = ProblemBody, content_type = "application/problem+json"),
@@ -221,38 +236,42 @@ fn etag(version: &str) -> HeaderValue {
 )]
 pub async fn get(
     State(state): State<AdminState>,
+    caller: Option<Extension<Caller>>,
     path: ResourcePath,
     headers: HeaderMap,
 ) -> Result<Response, ApiError> {
     let if_match = conditional::parse(&headers, &header::IF_MATCH)?;
     let stored = state.store.get(&path.key).await?;
+    let shown = stored
+        .as_ref()
+        .map(|s| {
+            resource_repr(s).map(|repr| {
+                let tag = representation_tag(&repr, caller.as_deref());
+                (repr, tag)
+            })
+        })
+        .transpose()?;
     // If-Match first (RFC 9110 §13.2.2): a read of another version than asked is 412.
     if let Some(tags) = &if_match
-        && !conditional::match_holds(tags, stored.as_ref().map(|s| s.version.as_str()))
+        && !conditional::match_holds(tags, shown.as_ref().map(|(_, tag)| tag.as_str()))
     {
-        let message = match &stored {
-            Some(s) => format!(
-                "the resource is at version {}, which `If-Match` does not list",
-                s.version
-            ),
+        let message = match &shown {
+            Some((_, tag)) => {
+                format!("the resource's entity-tag is \"{tag}\", which `If-Match` does not list")
+            }
             None => "the resource does not exist, so `If-Match` cannot hold".to_owned(),
         };
         return Err(conditional::read_precondition_failed(message));
     }
-    let Some(stored) = stored else {
+    let Some((repr, tag)) = shown else {
         return Err(not_found(&path));
     };
     if let Some(tags) = conditional::parse(&headers, &header::IF_NONE_MATCH)?
-        && conditional::none_match_hits(&tags, &stored.version)
+        && conditional::none_match_hits(&tags, &tag)
     {
-        return Ok((
-            StatusCode::NOT_MODIFIED,
-            [(header::ETAG, etag(&stored.version))],
-        )
-            .into_response());
+        return Ok((StatusCode::NOT_MODIFIED, [(header::ETAG, etag(&tag))]).into_response());
     }
-    let repr = resource_repr(&stored)?;
-    Ok(([(header::ETAG, etag(&stored.version))], Json(repr)).into_response())
+    Ok(([(header::ETAG, etag(&tag))], Json(repr)).into_response())
 }
 
 fn not_found(path: &ResourcePath) -> ApiError {
@@ -354,7 +373,7 @@ fn condition_failed(state: &AdminState, conflict: &Conflict) -> ApiError {
     tag = "resources",
     params(
         ResourcePathDoc,
-        ("If-Match" = Option<String>, Header, description = "Write only if the resource is at one of these versions (strong `ETag`s), or exists (`*`)"),
+        ("If-Match" = Option<String>, Header, description = "Write only if the resource is at one of these versions (strong `ETag`s, redacted or not), or exists (`*`)"),
         ("If-None-Match" = Option<String>, Header, description = "`*`: write only if the resource does not exist (create only)"),
         WriteParams,
     ),
@@ -393,7 +412,7 @@ pub async fn put(
             variants: body.variants,
         })],
     };
-    let author = caller.and_then(|Extension(c)| c.name);
+    let author = caller.as_ref().and_then(|Extension(c)| c.name.clone());
     let applied = match state.store.apply(request, author).await {
         Err(ApplyError::Conflict(conflict)) => return Err(condition_failed(&state, &conflict)),
         other => crate::changesets::record(&state, other, Some("/operations/0"))?,
@@ -418,7 +437,9 @@ pub async fn put(
     } else {
         StatusCode::OK
     };
-    let tag = resource.as_ref().map(|r| etag(&r.version));
+    let tag = resource
+        .as_ref()
+        .map(|r| etag(&representation_tag(r, caller.as_deref())));
     let impact = if applied.dry_run {
         Some(crate::impact::report(&state, applied.previews).await?)
     } else {
@@ -451,7 +472,7 @@ pub async fn put(
     tag = "resources",
     params(
         ResourcePathDoc,
-        ("If-Match" = Option<String>, Header, description = "Delete only if the resource is at one of these versions (strong `ETag`s), or exists (`*`)"),
+        ("If-Match" = Option<String>, Header, description = "Delete only if the resource is at one of these versions (strong `ETag`s, redacted or not), or exists (`*`)"),
         WriteParams,
     ),
     responses(
@@ -483,7 +504,7 @@ pub async fn delete(
             expected_version,
         })],
     };
-    let author = caller.and_then(|Extension(c)| c.name);
+    let author = caller.as_ref().and_then(|Extension(c)| c.name.clone());
     let applied = match state.store.apply(request, author).await {
         Err(ApplyError::Invalid(invalid))
             if invalid.errors.iter().all(|e| e.code == "not_found") =>

@@ -174,6 +174,7 @@ async fn secret_key_material_is_shown_only_to_a_secrets_token(db: TestDb) {
     );
     let shown = as_token(Method::GET, "/v1/resources/secret/tls", SECRETS_TOKEN, None).await;
     assert!(shown.text.contains("PRIVATE-KEY-BYTES"), "{}", shown.text);
+
     // A secrets token writes, too.
     let rewritten = as_token(
         Method::PUT,
@@ -197,6 +198,74 @@ async fn secret_key_material_is_shown_only_to_a_secrets_token(db: TestDb) {
         "{}",
         refused.text
     );
+
+    // Two representations of one version, two entity-tags (RFC 9110 §8.8.3).
+    let read = as_token(Method::GET, "/v1/resources/secret/tls", READ_TOKEN, None).await;
+    let shown = as_token(Method::GET, "/v1/resources/secret/tls", SECRETS_TOKEN, None).await;
+    let read_tag = read.headers["etag"].to_str().unwrap().to_owned();
+    let full_tag = shown.headers["etag"].to_str().unwrap().to_owned();
+    assert_ne!(read_tag, full_tag);
+    assert_eq!(
+        full_tag,
+        format!("\"{}\"", shown.body["version"].as_str().unwrap())
+    );
+    let conditional_get = |token: &'static str, tag: String| {
+        let api = &api;
+        async move {
+            let bearer = format!("Bearer {token}");
+            api.call(
+                Method::GET,
+                "/v1/resources/secret/tls",
+                None,
+                &[("authorization", &bearer), ("if-none-match", &tag)],
+            )
+            .await
+        }
+    };
+    // Each representation is "not modified" against its own tag only: a secrets token that
+    // holds the redacted one gets the full one.
+    let same = conditional_get(READ_TOKEN, read_tag.clone()).await;
+    assert_eq!(same.status, StatusCode::NOT_MODIFIED, "{}", same.text);
+    assert_eq!(same.headers["etag"].to_str().unwrap(), read_tag);
+    let same = conditional_get(SECRETS_TOKEN, full_tag.clone()).await;
+    assert_eq!(same.status, StatusCode::NOT_MODIFIED, "{}", same.text);
+    let other = conditional_get(SECRETS_TOKEN, read_tag.clone()).await;
+    assert_eq!(other.status, StatusCode::OK, "{}", other.text);
+    assert!(other.text.contains("PRIVATE-KEY-BYTES"), "{}", other.text);
+    let other = conditional_get(READ_TOKEN, full_tag.clone()).await;
+    assert_eq!(other.status, StatusCode::OK, "{}", other.text);
+    assert!(!other.text.contains("PRIVATE-KEY-BYTES"), "{}", other.text);
+    // A writer that read the redacted representation writes with its tag: `If-Match` takes
+    // it as the version it names (the body sent is a public one, so it is not refused).
+    let public = json!({"@type": "type.googleapis.com/envoy.extensions.transport_sockets.tls.v3.Secret",
+        "name": "tls", "validation_context": {"trusted_ca": {"inline_string": "CA"}}});
+    let bearer = format!("Bearer {WRITE_TOKEN}");
+    let conditional_put = |tag: String| {
+        let (api, bearer, public) = (&api, bearer.clone(), public.clone());
+        async move {
+            api.call(
+                Method::PUT,
+                "/v1/resources/secret/tls",
+                Some((
+                    "application/json",
+                    json!({"variants": [{"resource": public}]}).to_string(),
+                )),
+                &[("authorization", &bearer), ("if-match", &tag)],
+            )
+            .await
+        }
+    };
+    let stale = conditional_put("\"not-the-version;redacted\"".to_owned()).await;
+    assert_problem(&stale, 412);
+    let rewritten = conditional_put(read_tag.clone()).await;
+    assert_eq!(rewritten.status, StatusCode::OK, "{}", rewritten.text);
+    // Nothing to redact any more: one representation, one tag, the version.
+    let public_tag = rewritten.headers["etag"].to_str().unwrap().to_owned();
+    assert!(!public_tag.contains(";redacted"), "{public_tag}");
+    let shown = as_token(Method::GET, "/v1/resources/secret/tls", SECRETS_TOKEN, None).await;
+    assert_eq!(shown.headers["etag"].to_str().unwrap(), public_tag);
+    let read = as_token(Method::GET, "/v1/resources/secret/tls", READ_TOKEN, None).await;
+    assert_eq!(read.headers["etag"].to_str().unwrap(), public_tag);
 
     // /metrics has its own scope; that scope reads nothing else.
     let metrics = as_token(Method::GET, "/metrics", METRICS_TOKEN, None).await;
