@@ -3,11 +3,20 @@
 //! clusters a route configuration (or an inline one) routes or mirrors to and a TCP proxy
 //! connects to, the endpoints (EDS) a cluster loads, the secrets (SDS) a listener's or a
 //! cluster's TLS transport socket loads (certificates, validation contexts, session ticket
-//! keys). Computed once per variant when the index loads it;
+//! keys), and, wherever they are in a listener, route, cluster, scoped route or extension
+//! configuration (however deep in typed configs): the clusters a gRPC service names
+//! (`envoy_grpc.cluster_name`: ext_authz, rate limit, access log services, ext_proc, config
+//! sources), the route configurations scoped routes name (`route_configuration_name` of a
+//! `ScopedRouteConfiguration`, an SRDS resource or one inline in an HCM's `scoped_routes`), and
+//! the extension configurations (ECDS) a filter loads by `config_discovery` (named by the
+//! filter's name). An HCM's `scoped_routes.scoped_rds` names no resource: Envoy subscribes to
+//! every scoped route configuration of its source (a wildcard), so there is no name to keep.
+//! Computed once per variant when the index loads it;
 //! the stream machine uses it to keep what a client's accepted configuration still needs while
 //! an update is refused (issue 20's NACK scope).
 
 use prost::Message;
+use prost_reflect::{DynamicMessage, ReflectMessage, Value};
 
 use crate::pb::envoy::config::cluster::v3::Cluster;
 use crate::pb::envoy::config::cluster::v3::cluster::{ClusterDiscoveryType, DiscoveryType};
@@ -34,6 +43,8 @@ pub const ROUTE: &str = "type.googleapis.com/envoy.config.route.v3.RouteConfigur
 pub const CLUSTER: &str = "type.googleapis.com/envoy.config.cluster.v3.Cluster";
 pub const ENDPOINT: &str = "type.googleapis.com/envoy.config.endpoint.v3.ClusterLoadAssignment";
 pub const SECRET: &str = "type.googleapis.com/envoy.extensions.transport_sockets.tls.v3.Secret";
+pub const SCOPED_ROUTE: &str = "type.googleapis.com/envoy.config.route.v3.ScopedRouteConfiguration";
+pub const EXTENSION_CONFIG: &str = "type.googleapis.com/envoy.config.core.v3.TypedExtensionConfig";
 const HCM: &str =
     "envoy.extensions.filters.network.http_connection_manager.v3.HttpConnectionManager";
 const TCP_PROXY: &str = "envoy.extensions.filters.network.tcp_proxy.v3.TcpProxy";
@@ -68,9 +79,90 @@ pub fn of(body: &[u8]) -> Vec<Reference> {
         }
         _ => {}
     }
+    // Endpoints and secrets name nothing, and are the most numerous: not walked.
+    if matches!(
+        any.type_url.as_str(),
+        LISTENER | ROUTE | CLUSTER | SCOPED_ROUTE | EXTENSION_CONFIG
+    ) && let Some(message) = crate::descriptors::message("google.protobuf.Any")
+        && let Ok(message) = DynamicMessage::decode(message, body)
+    {
+        walk(&message, 0, &mut out);
+    }
     out.sort();
     out.dedup();
     out
+}
+
+/// How deep [`walk`] follows nested messages (Envoy's own configurations nest a few dozen
+/// levels at most; validation bounds the rest).
+const MAX_DEPTH: usize = 100;
+
+/// What a message names wherever it is, typed configs (`Any`) included: the cluster of an
+/// `envoy_grpc` service, the route configuration of a scoped route, the extension
+/// configuration a filter loads by `config_discovery`.
+fn walk(message: &DynamicMessage, depth: usize, out: &mut Vec<Reference>) {
+    if depth > MAX_DEPTH {
+        return;
+    }
+    let descriptor = message.descriptor();
+    let string = |field: &str| {
+        message
+            .get_field_by_name(field)
+            .and_then(|v| v.as_str().map(str::to_owned))
+            .filter(|s| !s.is_empty())
+    };
+    match descriptor.full_name() {
+        "google.protobuf.Any" => {
+            let (Some(type_url), Some(Value::Bytes(value))) = (
+                string("type_url"),
+                message.get_field_by_name("value").map(|v| v.into_owned()),
+            ) else {
+                return;
+            };
+            let name = type_url.rsplit('/').next().unwrap_or_default();
+            if let Some(inner) = crate::descriptors::message(name)
+                && let Ok(inner) = DynamicMessage::decode(inner, value)
+            {
+                walk(&inner, depth + 1, out);
+            }
+            return;
+        }
+        "envoy.config.core.v3.GrpcService.EnvoyGrpc" => {
+            out.extend(string("cluster_name").map(|name| (CLUSTER, name)));
+        }
+        "envoy.config.route.v3.ScopedRouteConfiguration" => {
+            out.extend(string("route_configuration_name").map(|name| (ROUTE, name)));
+        }
+        // Filters that load their configuration by ECDS, under the filter's name.
+        "envoy.extensions.filters.network.http_connection_manager.v3.HttpFilter"
+        | "envoy.config.listener.v3.Filter"
+        | "envoy.config.listener.v3.ListenerFilter"
+            if message.has_field_by_name("config_discovery") =>
+        {
+            out.extend(string("name").map(|name| (EXTENSION_CONFIG, name)));
+        }
+        _ => {}
+    }
+    for (_, value) in message.fields() {
+        walk_value(value, depth + 1, out);
+    }
+}
+
+fn walk_value(value: &Value, depth: usize, out: &mut Vec<Reference>) {
+    match value {
+        Value::Message(message) => walk(message, depth, out),
+        Value::List(values) => {
+            for v in values {
+                walk_value(v, depth, out);
+            }
+        }
+        Value::Map(entries) => {
+            for v in entries.values() {
+                walk_value(v, depth, out);
+            }
+        }
+        _ => {}
+    }
 }
 
 fn listener_refs(listener: &Listener, out: &mut Vec<Reference>) {
@@ -323,5 +415,83 @@ mod tests {
             refs(mirrored),
             [(CLUSTER, "c1".to_owned()), (CLUSTER, "shadow".to_owned())]
         );
+    }
+
+    /// Issue 20: scoped routes (SRDS), extension configurations (ECDS) and the clusters gRPC
+    /// services name, wherever Envoy follows them.
+    #[test]
+    fn scoped_routes_extension_configs_and_grpc_clusters_are_references_too() {
+        let grpc = |cluster: &str| serde_json::json!({"envoy_grpc": {"cluster_name": cluster}});
+        let hcm = serde_json::json!({"@type": format!("{PREFIX}{HCM}"), "stat_prefix": "x",
+            "scoped_routes": {"name": "scopes",
+                "scope_key_builder": {"fragments": [{"header_value_extractor": {"name": "x-scope"}}]},
+                "rds_config_source": {"api_config_source": {"api_type": "GRPC",
+                    "transport_api_version": "V3", "grpc_services": [grpc("xds_rds")]}},
+                "scoped_route_configurations_list": {"scoped_route_configurations": [
+                    {"name": "s1", "route_configuration_name": "scoped_r1",
+                     "key": {"fragments": [{"string_key": "a"}]}}]}},
+            "access_log": [{"name": "als", "typed_config": {
+                "@type": "type.googleapis.com/envoy.extensions.access_loggers.grpc.v3.HttpGrpcAccessLogConfig",
+                "common_config": {"log_name": "l", "transport_api_version": "V3",
+                    "grpc_service": grpc("als_cluster")}}}],
+            "http_filters": [
+                {"name": "authz", "typed_config": {
+                    "@type": "type.googleapis.com/envoy.extensions.filters.http.ext_authz.v3.ExtAuthz",
+                    "transport_api_version": "V3", "grpc_service": grpc("authz_cluster")}},
+                {"name": "dynamic_lua", "config_discovery": {"config_source": {"ads": {}},
+                    "type_urls": ["type.googleapis.com/envoy.extensions.filters.http.lua.v3.Lua"]}},
+                {"name": "envoy.filters.http.router", "typed_config": {
+                    "@type": "type.googleapis.com/envoy.extensions.filters.http.router.v3.Router"}}]});
+        let listener = serde_json::json!({"@type": LISTENER, "name": "l",
+            "filter_chains": [{"filters": [
+                {"name": "rl", "typed_config": {
+                    "@type": "type.googleapis.com/envoy.extensions.filters.network.ratelimit.v3.RateLimit",
+                    "stat_prefix": "rl", "domain": "d", "rate_limit_service": {
+                        "transport_api_version": "V3", "grpc_service": grpc("rl_cluster")}}},
+                {"name": "hcm", "typed_config": hcm}]}]});
+        assert_eq!(
+            refs(listener),
+            [
+                (EXTENSION_CONFIG, "dynamic_lua".to_owned()),
+                (ROUTE, "scoped_r1".to_owned()),
+                (CLUSTER, "als_cluster".to_owned()),
+                (CLUSTER, "authz_cluster".to_owned()),
+                (CLUSTER, "rl_cluster".to_owned()),
+                (CLUSTER, "xds_rds".to_owned()),
+            ]
+            .into_iter()
+            .collect::<std::collections::BTreeSet<_>>()
+            .into_iter()
+            .collect::<Vec<_>>()
+        );
+        // An SRDS resource names its route configuration.
+        let scoped = serde_json::json!({"@type": SCOPED_ROUTE, "name": "s2",
+            "route_configuration_name": "scoped_r2", "key": {"fragments": [{"string_key": "b"}]}});
+        assert_eq!(refs(scoped), [(ROUTE, "scoped_r2".to_owned())]);
+        // A cluster whose endpoints come from a gRPC config source names that source's cluster.
+        let cluster = serde_json::json!({"@type": CLUSTER, "name": "c", "type": "EDS",
+            "eds_cluster_config": {"eds_config": {"api_config_source": {"api_type": "GRPC",
+                "transport_api_version": "V3", "grpc_services": [grpc("xds_eds")]}}}});
+        assert_eq!(
+            refs(cluster),
+            [(CLUSTER, "xds_eds".to_owned()), (ENDPOINT, "c".to_owned())]
+        );
+        // An ECDS resource's configuration names its gRPC cluster.
+        let extension = serde_json::json!({"@type": EXTENSION_CONFIG, "name": "authz",
+            "typed_config": {
+                "@type": "type.googleapis.com/envoy.extensions.filters.http.ext_authz.v3.ExtAuthz",
+                "transport_api_version": "V3", "grpc_service": grpc("authz2")}});
+        assert_eq!(refs(extension), [(CLUSTER, "authz2".to_owned())]);
+        // A Google gRPC service names no cluster; scoped RDS names no resource (a wildcard).
+        let google = serde_json::json!({"@type": LISTENER, "name": "g", "filter_chains": [{
+            "filters": [{"name": "hcm", "typed_config": {"@type": format!("{PREFIX}{HCM}"),
+                "stat_prefix": "g", "scoped_routes": {"name": "s",
+                    "scope_key_builder": {"fragments": [{"header_value_extractor": {"name": "x"}}]},
+                    "rds_config_source": {"ads": {}},
+                    "scoped_rds": {"scoped_rds_config_source": {"ads": {}}}},
+                "http_filters": [{"name": "authz", "typed_config": {
+                    "@type": "type.googleapis.com/envoy.extensions.filters.http.ext_authz.v3.ExtAuthz",
+                    "grpc_service": {"google_grpc": {"target_uri": "a:1", "stat_prefix": "a"}}}}]}}]}]});
+        assert!(refs(google).is_empty());
     }
 }
