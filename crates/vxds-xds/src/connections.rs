@@ -10,6 +10,11 @@
 //!   end with `UNAVAILABLE` and a GOAWAY stops new ones, so clients reconnect — through the load
 //!   balancer, to any replica — and load re-spreads after replicas are added. A connection
 //!   still open `max_age_grace` later is cut.
+//! - **Revocation**: when the listener's TLS re-reads its certificate revocation lists
+//!   (`--xds-client-crl`, checked every couple of seconds) and they now revoke the certificate a
+//!   connection's client presented (by issuer and serial number), the connection is closed the
+//!   same way, its streams ending with `PERMISSION_DENIED`; new handshakes with that
+//!   certificate are refused by the TLS layer itself.
 //! - **Drain**: when the server stops, it accepts nothing more and closes every connection the
 //!   same way, each at its own moment spread over the drain window, so proxies move to other
 //!   replicas without a thundering herd.
@@ -17,6 +22,7 @@
 //! Each request carries the connection's [`PeerInfo`] and its [`ConnectionClosing`] signal in
 //! its extensions; a stream ends when its connection closes.
 
+use std::collections::BTreeSet;
 use std::convert::Infallible;
 use std::future::Future;
 use std::io;
@@ -53,6 +59,38 @@ pub struct ConnectionConfig {
     pub drain_grace: Duration,
     /// Concurrent streams one connection may open.
     pub max_concurrent_streams: u32,
+    /// The client certificates revoked now, republished by the TLS layer at each reload of its
+    /// revocation lists; a connection whose certificate appears is closed. `None`: no lists.
+    pub revoked: Option<watch::Receiver<Arc<RevokedCertificates>>>,
+}
+
+/// A certificate as a revocation list names it: its issuer (the DER of the issuer's name) and
+/// its serial number (big-endian, without leading zero bytes).
+#[derive(Clone, Debug, PartialEq, Eq, PartialOrd, Ord, Hash)]
+pub struct CertificateId {
+    pub issuer: Vec<u8>,
+    pub serial: Vec<u8>,
+}
+
+impl CertificateId {
+    /// From the raw DER of the issuer's name and the serial's content octets.
+    pub fn new(issuer: &[u8], serial: &[u8]) -> Self {
+        let start = serial.iter().position(|b| *b != 0).unwrap_or(serial.len());
+        Self {
+            issuer: issuer.to_vec(),
+            serial: serial[start..].to_vec(),
+        }
+    }
+}
+
+/// The certificates the current revocation lists revoke.
+#[derive(Clone, Debug, Default, PartialEq, Eq)]
+pub struct RevokedCertificates(pub BTreeSet<CertificateId>);
+
+impl RevokedCertificates {
+    pub fn contains(&self, certificate: &CertificateId) -> bool {
+        self.0.contains(certificate)
+    }
 }
 
 impl Default for ConnectionConfig {
@@ -66,6 +104,7 @@ impl Default for ConnectionConfig {
             drain_grace: Duration::from_secs(10),
             // Envoy and gRPC open one ADS stream per connection; per-type services a few.
             max_concurrent_streams: 64,
+            revoked: None,
         }
     }
 }
@@ -173,6 +212,8 @@ async fn serve_connection<IO>(
         heard: heard.clone(),
     };
     let (closing, closing_rx) = watch::channel(None);
+    let certificate = info.certificate.clone();
+    let remote = info.remote_addr;
     let extensions = (
         info,
         ConnectionClosing(closing_rx),
@@ -236,9 +277,17 @@ async fn serve_connection<IO>(
             let _ = draining.wait_for(|d| *d).await;
             tokio::time::sleep(drain_delay).await;
         } => "drain",
+        () = until_revoked(config.revoked.clone(), certificate) => {
+            info!(
+                remote = ?remote,
+                "a client certificate was revoked (the reloaded CRL lists it); its connection is closed"
+            );
+            "revoked"
+        }
     };
-    // Streams end with UNAVAILABLE (clients reconnect); GOAWAY refuses new ones; the
-    // connection closes when its streams are done, or is cut after the grace period.
+    // Streams end with UNAVAILABLE (clients reconnect; PERMISSION_DENIED when revoked); GOAWAY
+    // refuses new ones; the connection closes when its streams are done, or is cut after the
+    // grace period.
     let _ = closing.send(Some(reason));
     connection.as_mut().graceful_shutdown();
     metrics
@@ -257,6 +306,26 @@ async fn serve_connection<IO>(
             ?grace,
             reason, "a closing xDS connection outlived its grace period; cut"
         );
+    }
+}
+
+/// Resolves once `revoked` lists `certificate` (at once if it does already: the lists may have
+/// been reloaded during the handshake); never without either.
+async fn until_revoked(
+    revoked: Option<watch::Receiver<Arc<RevokedCertificates>>>,
+    certificate: Option<CertificateId>,
+) {
+    let (Some(mut revoked), Some(certificate)) = (revoked, certificate) else {
+        return std::future::pending().await;
+    };
+    loop {
+        if revoked.borrow_and_update().contains(&certificate) {
+            return;
+        }
+        if revoked.changed().await.is_err() {
+            // The lists are no longer followed: nothing more will be revoked.
+            return std::future::pending().await;
+        }
     }
 }
 

@@ -15,6 +15,8 @@ pub struct PeerInfo {
     pub remote_addr: Option<SocketAddr>,
     /// The client certificate's names; `None` without one (plain TCP, or TLS without mTLS).
     pub identity: Option<PeerIdentity>,
+    /// Which certificate the client presented, for revocation; `None` without one.
+    pub certificate: Option<crate::connections::CertificateId>,
 }
 
 /// The parameters a stream may not claim for itself: those its certificate's identity gives

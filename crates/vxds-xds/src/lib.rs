@@ -37,7 +37,7 @@ use tokio::task::JoinHandle;
 use vxds_envoy::pb::envoy::service::status::v3::client_status_discovery_service_server::ClientStatusDiscoveryServiceServer;
 use vxds_store::Index;
 
-pub use connections::{ConnectionClosing, ConnectionConfig};
+pub use connections::{CertificateId, ConnectionClosing, ConnectionConfig, RevokedCertificates};
 pub use events::{ClientEvent, ClientEvents};
 pub use identity::{PeerIdentity, PeerInfo};
 pub use machine::{
@@ -232,6 +232,7 @@ fn async_stream_of(
             let info = PeerInfo {
                 remote_addr: stream.peer_addr().ok(),
                 identity: None,
+                certificate: None,
             };
             Ok((stream, info))
         },

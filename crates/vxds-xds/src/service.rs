@@ -368,16 +368,21 @@ fn answers_response(request: &impl XdsRequest, answers_owed: &mut u64) -> bool {
     true
 }
 
-/// Ends the stream with `UNAVAILABLE` (clients reconnect, to another replica if there is one),
+/// Ends the stream of a closing connection: `UNAVAILABLE` (clients reconnect, to another
+/// replica if there is one), or `PERMISSION_DENIED` when its certificate was revoked;
 /// waiting a moment for room in the queue: a client that does not read gets no say in how
 /// long closing takes.
-async fn end_unavailable<T>(out: &mpsc::Sender<Queued<T>>, reason: &'static str) {
-    let message = match reason {
-        "drain" => "vxds is shutting down; reconnect",
-        "max_age" => "the connection reached its maximum age; reconnect",
-        _ => "the connection is closing; reconnect",
+async fn end_closing<T>(out: &mpsc::Sender<Queued<T>>, reason: &'static str) {
+    let status = match reason {
+        "drain" => Status::unavailable("vxds is shutting down; reconnect"),
+        "max_age" => Status::unavailable("the connection reached its maximum age; reconnect"),
+        "revoked" => Status::permission_denied(
+            "the client certificate is revoked (the certificate revocation list given by \
+             --xds-client-crl now lists it); the connection is closed",
+        ),
+        _ => Status::unavailable("the connection is closing; reconnect"),
     };
-    let status = Box::new(Err(Status::unavailable(message)));
+    let status = Box::new(Err(status));
     let _ = tokio::time::timeout(Duration::from_secs(1), out.send(status)).await;
 }
 
@@ -592,7 +597,7 @@ async fn run_stream<Req, Resp>(
             }
             () = out.closed() => break,
             reason = until_closing(&mut connection) => {
-                end_unavailable(&out, reason).await;
+                end_closing(&out, reason).await;
                 break;
             }
         };
@@ -604,7 +609,7 @@ async fn run_stream<Req, Resp>(
             let sent = tokio::select! {
                 biased;
                 reason = until_closing(&mut connection) => {
-                    end_unavailable(&out, reason).await;
+                    end_closing(&out, reason).await;
                     return;
                 }
                 sent = out.send(Box::new(Ok(response))) => sent.is_ok(),
@@ -624,7 +629,7 @@ async fn run_stream<Req, Resp>(
             shared.metrics.unanswered_ended.inc();
             warn!(stream = id, node = ?machine.node().map(|n| n.id.clone()), error = %status.message(), "a client left too many responses unanswered; closing its stream");
             // Its queue is likely full (it does not answer, so it may not read either): wait
-            // a moment for room, as `end_unavailable` does, so that it learns why.
+            // a moment for room, as `end_closing` does, so that it learns why.
             let status = Box::new(Err(status));
             let _ = tokio::time::timeout(Duration::from_secs(1), out.send(status)).await;
             break;

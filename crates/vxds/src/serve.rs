@@ -334,6 +334,11 @@ pub async fn run(args: ServeArgs) -> anyhow::Result<ExitCode> {
             max_age_grace: args.xds_max_connection_age_grace,
             drain_window: args.drain_timeout,
             drain_grace: args.shutdown_deadline,
+            // Connections of certificates a reloaded CRL revokes are closed.
+            revoked: xds_tls
+                .as_ref()
+                .filter(|_| args.tls.xds_client_crl.is_some())
+                .map(|tls| tls.revoked.clone()),
             ..Default::default()
         },
         request_rate: vxds_xds::RequestRate {

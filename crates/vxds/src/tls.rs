@@ -32,6 +32,8 @@ pub struct TlsFiles {
 /// files are no longer followed).
 pub struct ServerTls {
     pub acceptor: TlsAcceptor,
+    /// The client certificates the revocation lists revoke, as they are reloaded.
+    pub revoked: tokio::sync::watch::Receiver<Arc<vxds_xds::RevokedCertificates>>,
     _reloader: Reloader,
 }
 
@@ -44,7 +46,8 @@ impl std::fmt::Debug for ServerTls {
 }
 
 /// How often certificate files are compared with what was loaded: rotation shows in new
-/// handshakes within about this long.
+/// handshakes within about this long, and a newly revoked client certificate's connections are
+/// closed within about this long.
 pub const RELOAD_INTERVAL: std::time::Duration = std::time::Duration::from_secs(2);
 
 impl ServerTls {
@@ -70,6 +73,7 @@ impl ServerTls {
         }
         Ok(Self {
             acceptor: TlsAcceptor::from(Arc::new(config)),
+            revoked: reloader.revoked(),
             _reloader: reloader,
         })
     }

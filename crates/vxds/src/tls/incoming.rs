@@ -22,7 +22,7 @@ use tokio_rustls::TlsAcceptor;
 use tokio_rustls::server::TlsStream;
 use tokio_stream::wrappers::ReceiverStream;
 use tracing::debug;
-use vxds_xds::{PeerIdentity, PeerInfo};
+use vxds_xds::{CertificateId, PeerIdentity, PeerInfo};
 use x509_parser::prelude::{FromDer, GeneralName, X509Certificate};
 
 /// How long a client has to finish its handshake.
@@ -97,11 +97,13 @@ impl HandshakeSlots {
 /// A TLS connection and who is at the other end.
 pub type TlsConn = (TlsStream<TcpStream>, PeerInfo);
 
-/// The names in a client certificate (none when it sent none, or on a parse failure — the
-/// certificate was verified already, so the latter does not happen in practice).
-fn peer_identity(stream: &TlsStream<TcpStream>) -> Option<PeerIdentity> {
+/// The names in a client certificate and its issuer and serial number (none when it sent
+/// none, or on a parse failure — the certificate was verified already, so the latter does not
+/// happen in practice).
+fn peer_identity(stream: &TlsStream<TcpStream>) -> Option<(PeerIdentity, CertificateId)> {
     let der = stream.get_ref().1.peer_certificates()?.first()?;
     let (_, cert) = X509Certificate::from_der(der).ok()?;
+    let id = CertificateId::new(cert.issuer().as_raw(), cert.raw_serial());
     let mut identity = PeerIdentity::default();
     if let Ok(Some(san)) = cert.subject_alternative_name() {
         for name in &san.value.general_names {
@@ -113,7 +115,7 @@ fn peer_identity(stream: &TlsStream<TcpStream>) -> Option<PeerIdentity> {
             }
         }
     }
-    Some(identity)
+    Some((identity, id))
 }
 
 /// The connections `listener` accepts, after their TLS handshake; ends when the stream is
@@ -189,9 +191,11 @@ pub async fn handshake(
     let stream = tokio::time::timeout(HANDSHAKE_TIMEOUT, finish)
         .await
         .map_err(|_| io::Error::new(io::ErrorKind::TimedOut, "TLS handshake timed out"))??;
+    let (identity, certificate) = peer_identity(&stream).unzip();
     let info = PeerInfo {
         remote_addr: Some(remote),
-        identity: peer_identity(&stream),
+        identity,
+        certificate,
     };
     Ok((stream, info))
 }

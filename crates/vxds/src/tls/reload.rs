@@ -2,7 +2,9 @@
 //! (hourly), by rewriting or by swapping symlinks; a poll that compares contents sees both.
 //! A new set is checked whole — certificate, key, that they belong together, the CA bundle —
 //! before it replaces the old one; a bad one is logged and the old one kept. Handshakes read
-//! the current set; established connections keep theirs.
+//! the current set; established connections keep theirs, except that the certificates the
+//! current revocation lists revoke are published ([`Reloader::revoked`]) and the connections
+//! that presented one are closed.
 
 use std::fmt;
 use std::path::Path;
@@ -19,7 +21,11 @@ use rustls::server::danger::{ClientCertVerified, ClientCertVerifier};
 use rustls::server::{ClientHello, ResolvesServerCert, WebPkiClientVerifier};
 use rustls::sign::CertifiedKey;
 use rustls::{DigitallySignedStruct, DistinguishedName, RootCertStore, SignatureScheme};
+use tokio::sync::watch;
 use tracing::{info, warn};
+use vxds_xds::{CertificateId, RevokedCertificates};
+use x509_parser::prelude::FromDer;
+use x509_parser::revocation_list::CertificateRevocationList;
 
 use super::TlsFiles;
 
@@ -27,6 +33,7 @@ use super::TlsFiles;
 struct Material {
     cert: Arc<CertifiedKey>,
     verifier: Option<Arc<dyn ClientCertVerifier>>,
+    revoked: RevokedCertificates,
 }
 
 struct Current {
@@ -35,6 +42,7 @@ struct Current {
     provider: Arc<CryptoProvider>,
     cert: RwLock<Arc<CertifiedKey>>,
     verifier: RwLock<Option<Arc<dyn ClientCertVerifier>>>,
+    revoked: watch::Sender<Arc<RevokedCertificates>>,
 }
 
 /// Follows one listener's TLS files; stops when dropped.
@@ -67,6 +75,7 @@ impl Reloader {
             provider,
             cert: RwLock::new(material.cert),
             verifier: RwLock::new(material.verifier),
+            revoked: watch::Sender::new(Arc::new(material.revoked)),
         });
         let on_change = {
             let current = current.clone();
@@ -108,6 +117,12 @@ impl Reloader {
         Arc::new(CertResolver(self.current.clone()))
     }
 
+    /// The client certificates the current revocation lists revoke, updated at each reload
+    /// (empty without lists).
+    pub fn revoked(&self) -> watch::Receiver<Arc<RevokedCertificates>> {
+        self.current.revoked.subscribe()
+    }
+
     /// What verifies client certificates, when the files include a CA bundle.
     pub fn client_verifier(&self) -> Option<Arc<dyn ClientCertVerifier>> {
         self.current.files.client_ca.as_ref()?;
@@ -125,6 +140,15 @@ impl Current {
                 if let Ok(mut verifier) = self.verifier.write() {
                     *verifier = material.verifier;
                 }
+                // After the verifier: a revoked certificate can no longer reconnect when its
+                // connection is closed. Connections watch only a change of the set.
+                self.revoked.send_if_modified(|revoked| {
+                    let changed = **revoked != material.revoked;
+                    if changed {
+                        *revoked = Arc::new(material.revoked);
+                    }
+                    changed
+                });
                 info!(what = self.what, cert = %self.files.cert.display(), "TLS files reloaded; new handshakes use them");
             }
             // Mid-rotation (the certificate written, the key not yet) or a bad file: keep
@@ -162,6 +186,7 @@ fn load(files: &TlsFiles, provider: &Arc<CryptoProvider>) -> anyhow::Result<Mate
             files.cert.display()
         )
     })?;
+    let mut revoked = RevokedCertificates::default();
     let verifier = match &files.client_ca {
         None => None,
         Some(path) => {
@@ -184,6 +209,17 @@ fn load(files: &TlsFiles, provider: &Arc<CryptoProvider>) -> anyhow::Result<Mate
                     "{}: no X509 CRL in it",
                     crl_path.display()
                 );
+                for der in &crls {
+                    let (_, crl) =
+                        CertificateRevocationList::from_der(der.as_ref()).map_err(|e| {
+                            anyhow::anyhow!("{}: a CRL does not parse: {e}", crl_path.display())
+                        })?;
+                    let issuer = crl.issuer().as_raw();
+                    revoked.0.extend(
+                        crl.iter_revoked_certificates()
+                            .map(|r| CertificateId::new(issuer, r.raw_serial())),
+                    );
+                }
                 // The client's own certificate is checked against the lists of the CAs that
                 // issued them; one from a CA no list covers is let through (a bundle may hold
                 // CAs that publish no list).
@@ -201,6 +237,7 @@ fn load(files: &TlsFiles, provider: &Arc<CryptoProvider>) -> anyhow::Result<Mate
     Ok(Material {
         cert: Arc::new(cert),
         verifier,
+        revoked,
     })
 }
 

@@ -572,32 +572,137 @@ async fn admin_api_over_https_with_hashed_and_plaintext_tokens() {
 
 /// A CRL from `certs`' CA that revokes `client`'s certificate, in `certs/revoked.crl.pem`.
 fn revoke(certs: &Path, client: &str) -> String {
+    revocation_list(certs, &[client], 1)
+}
+
+/// A CRL (number `number`) from `certs`' CA that revokes the certificates of `clients` (none:
+/// an empty list), written to `certs/revoked.crl.pem` (replaced whole, as a CRL distributor
+/// would); its path.
+fn revocation_list(certs: &Path, clients: &[&str], number: u64) -> String {
     use x509_parser::prelude::{FromDer, X509Certificate};
     let ca_key =
         rcgen::KeyPair::from_pem(&std::fs::read_to_string(certs.join("ca.key")).unwrap()).unwrap();
     let ca_pem = std::fs::read_to_string(certs.join("ca.pem")).unwrap();
     let issuer = rcgen::Issuer::from_ca_cert_pem(&ca_pem, ca_key).unwrap();
-    let pem = std::fs::read(certs.join(format!("{client}.pem"))).unwrap();
-    let der = CertificateDer::from_pem_slice(&pem).unwrap();
-    let (_, cert) = X509Certificate::from_der(&der).unwrap();
+    let revoked_certs = clients
+        .iter()
+        .map(|client| {
+            let pem = std::fs::read(certs.join(format!("{client}.pem"))).unwrap();
+            let der = CertificateDer::from_pem_slice(&pem).unwrap();
+            let (_, cert) = X509Certificate::from_der(&der).unwrap();
+            rcgen::RevokedCertParams {
+                serial_number: rcgen::SerialNumber::from_slice(cert.tbs_certificate.raw_serial()),
+                revocation_time: rcgen::date_time_ymd(2024, 1, 1),
+                reason_code: Some(rcgen::RevocationReason::KeyCompromise),
+                invalidity_date: None,
+            }
+        })
+        .collect();
     let crl = rcgen::CertificateRevocationListParams {
         this_update: rcgen::date_time_ymd(2024, 1, 1),
         next_update: rcgen::date_time_ymd(2099, 1, 1),
-        crl_number: rcgen::SerialNumber::from(1u64),
+        crl_number: rcgen::SerialNumber::from(number),
         issuing_distribution_point: None,
-        revoked_certs: vec![rcgen::RevokedCertParams {
-            serial_number: rcgen::SerialNumber::from_slice(cert.tbs_certificate.raw_serial()),
-            revocation_time: rcgen::date_time_ymd(2024, 1, 1),
-            reason_code: Some(rcgen::RevocationReason::KeyCompromise),
-            invalidity_date: None,
-        }],
+        revoked_certs,
         key_identifier_method: rcgen::KeyIdMethod::Sha256,
     }
     .signed_by(&issuer)
     .unwrap();
     let path = certs.join("revoked.crl.pem");
-    std::fs::write(&path, crl.pem().unwrap()).unwrap();
+    let next = certs.join("revoked.crl.pem.next");
+    std::fs::write(&next, crl.pem().unwrap()).unwrap();
+    std::fs::rename(&next, &path).unwrap();
     path.display().to_string()
+}
+
+/// An open ADS stream for the route `local_route` over TLS with `config`.
+struct RouteStream {
+    requests: tokio::sync::mpsc::Sender<DiscoveryRequest>,
+    responses: tonic::Streaming<DiscoveryResponse>,
+}
+
+impl RouteStream {
+    async fn open(port: u16, config: ClientConfig) -> Self {
+        let channel = mtls_channel(port, config).await.unwrap();
+        let (requests, rx) = tokio::sync::mpsc::channel::<DiscoveryRequest>(4);
+        requests
+            .send(DiscoveryRequest {
+                node: Some(Node {
+                    id: "streaming-client".into(),
+                    ..Default::default()
+                }),
+                type_url: ROUTE.into(),
+                resource_names: vec!["local_route".into()],
+                ..Default::default()
+            })
+            .await
+            .unwrap();
+        let responses = AggregatedDiscoveryServiceClient::new(channel)
+            .stream_aggregated_resources(tokio_stream::wrappers::ReceiverStream::new(rx))
+            .await
+            .unwrap()
+            .into_inner();
+        Self {
+            requests,
+            responses,
+        }
+    }
+
+    /// The next response, acknowledged; or the status the stream ended with.
+    async fn next(&mut self) -> Result<DiscoveryResponse, tonic::Status> {
+        let response = tokio::time::timeout(Duration::from_secs(10), self.responses.message())
+            .await
+            .expect("a response or the stream's end within 10 s")?
+            .ok_or_else(|| tonic::Status::unknown("the stream ended without a status"))?;
+        let _ = self
+            .requests
+            .send(DiscoveryRequest {
+                type_url: ROUTE.into(),
+                resource_names: vec!["local_route".into()],
+                version_info: response.version_info.clone(),
+                response_nonce: response.nonce.clone(),
+                ..Default::default()
+            })
+            .await;
+        Ok(response)
+    }
+}
+
+/// Issue 22 item 6: when the CRL file is rewritten to revoke a connected client's
+/// certificate, its stream is ended (`PERMISSION_DENIED`, naming the revocation) within the
+/// reload interval; another client's stream goes on and gets the next update.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn streams_of_a_newly_revoked_certificate_are_closed() {
+    let _ = rustls::crypto::ring::default_provider().install_default();
+    let dir = tempfile::tempdir().unwrap();
+    let certs = certificates(dir.path());
+    let crl = revocation_list(&certs, &[], 1);
+    let (_vxds, admin, xds_port) = start_mtls_vxds(dir.path(), &certs, &["--xds-client-crl", &crl]);
+    let client = reqwest::Client::new();
+    apply(&client, &admin, vec![namespace_routes("shop", "bank")]).await;
+    let mut shop = RouteStream::open(xds_port, client_config(&certs, Some((&certs, "shop")))).await;
+    let mut bank = RouteStream::open(xds_port, client_config(&certs, Some((&certs, "bank")))).await;
+    assert_eq!(route_tag(&shop.next().await.unwrap()), "shop");
+    assert_eq!(route_tag(&bank.next().await.unwrap()), "bank");
+
+    revocation_list(&certs, &["shop"], 2);
+    let revoked_at = std::time::Instant::now();
+    let ended = shop
+        .next()
+        .await
+        .expect_err("the revoked client's stream ends");
+    let took = revoked_at.elapsed();
+    assert_eq!(ended.code(), tonic::Code::PermissionDenied, "{ended:?}");
+    assert!(ended.message().contains("revoked"), "{ended:?}");
+    // The file is compared every 2 s (RELOAD_INTERVAL): closed within that and a margin.
+    assert!(took < Duration::from_secs(5), "closed after {took:?}");
+    // And it cannot come back.
+    let again = ask_for_routes(xds_port, client_config(&certs, Some((&certs, "shop")))).await;
+    assert!(again.is_err(), "{again:?}");
+
+    // The other client's stream lives on and gets what is written next.
+    apply(&client, &admin, vec![namespace_routes("shop-2", "bank-2")]).await;
+    assert_eq!(route_tag(&bank.next().await.unwrap()), "bank-2");
 }
 
 /// Issue 22 item 6: `--xds-client-crl` refuses a revoked certificate at the handshake; the
