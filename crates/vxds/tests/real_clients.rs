@@ -29,6 +29,8 @@ mod mtls;
 mod protocol;
 #[path = "real_clients/sds.rs"]
 mod sds;
+#[path = "real_clients/stale_nonce.rs"]
+mod stale_nonce;
 #[path = "real_clients/ttl.rs"]
 mod ttl;
 
@@ -119,6 +121,31 @@ fn start_vxds(dir: &Path, extra_args: &[&str]) -> (ServeProcess, String, u16) {
 enum Ads {
     Sotw,
     Delta,
+}
+
+/// Which of Envoy's xDS multiplexers an Envoy runs: its default (`GrpcMuxImpl`,
+/// `NewGrpcMuxImpl`) or the unified one (`xds_mux/`), chosen at start by the runtime feature
+/// `envoy.reloadable_features.unified_mux`.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+enum Mux {
+    Default,
+    Unified,
+}
+
+/// `bootstrap` with Envoy's unified mux when `mux` says so: a static runtime layer first in
+/// `layered_runtime` (created if there is none; later layers may still set other keys).
+fn with_mux(bootstrap: &mut Value, mux: Mux) {
+    if mux == Mux::Default {
+        return;
+    }
+    let layer =
+        json!({"name": "mux", "static_layer": {"envoy.reloadable_features.unified_mux": true}});
+    let runtime = bootstrap
+        .as_object_mut()
+        .unwrap()
+        .entry("layered_runtime")
+        .or_insert_with(|| json!({"layers": []}));
+    runtime["layers"].as_array_mut().unwrap().insert(0, layer);
 }
 
 /// An Envoy with `params` as its dynamic parameters for routes and listeners.

@@ -8,12 +8,19 @@ const RUNTIME: &str = "type.googleapis.com/envoy.service.runtime.v3.Runtime";
 const TTL: Duration = Duration::from_secs(2);
 
 /// An Envoy whose runtime has a static layer and an RTDS layer `flags` over ADS.
-fn start_runtime_envoy(dir: &Path, name: &'static str, ads: Ads, xds_port: u16) -> (Process, u16) {
+fn start_runtime_envoy(
+    dir: &Path,
+    name: &'static str,
+    ads: Ads,
+    mux: Mux,
+    xds_port: u16,
+) -> (Process, u16) {
     let mut bootstrap = envoy_bootstrap(name, ads, xds_port, json!({}), "none");
     bootstrap["layered_runtime"] = json!({"layers": [
         {"name": "static", "static_layer": {"vxds.flag": "static"}},
         {"name": "rtds", "rtds_layer": {"name": "flags", "rtds_config": {"ads": {}, "resource_api_version": "V3"}}},
     ]});
+    with_mux(&mut bootstrap, mux);
     let admin_port = bootstrap["admin"]["address"]["socket_address"]["port_value"]
         .as_u64()
         .unwrap() as u16;
@@ -116,8 +123,9 @@ where
 }
 
 /// A Delta Envoy that takes its clusters through the glob `GLOB` (and nothing else).
-fn start_glob_envoy(dir: &Path, xds_port: u16) -> (Process, u16) {
+fn start_glob_envoy(dir: &Path, mux: Mux, xds_port: u16) -> (Process, u16) {
     let mut bootstrap = envoy_bootstrap("envoy-glob", Ads::Delta, xds_port, json!({}), "none");
+    with_mux(&mut bootstrap, mux);
     let dynamic = bootstrap["dynamic_resources"].as_object_mut().unwrap();
     dynamic.remove("lds_config");
     dynamic.insert("cds_resources_locator".into(), json!(GLOB));
@@ -131,7 +139,7 @@ fn start_glob_envoy(dir: &Path, xds_port: u16) -> (Process, u16) {
 /// up — through a refused unrelated update (which holds back no unrelated deletion), through
 /// a vxds restart, and (Delta) when subscribed through a glob — and are gone within the TTL
 /// once vxds is killed.
-async fn ttl_resources_live_through_refusals_and_restarts(ads: Ads) {
+async fn ttl_resources_live_through_refusals_and_restarts(ads: Ads, mux: Mux) {
     let _ = rustls::crypto::ring::default_provider().install_default();
     let dir = tempfile::tempdir().unwrap();
     // Heartbeats at a quarter of the TTL: a restart (process start, Envoy's reconnect backoff)
@@ -153,8 +161,8 @@ async fn ttl_resources_live_through_refusals_and_restarts(ads: Ads) {
         ],
     )
     .await;
-    let (_envoy, envoy_admin) = start_runtime_envoy(dir.path(), "envoy-ttl", ads, xds_port);
-    let glob = matches!(ads, Ads::Delta).then(|| start_glob_envoy(dir.path(), xds_port));
+    let (_envoy, envoy_admin) = start_runtime_envoy(dir.path(), "envoy-ttl", ads, mux, xds_port);
+    let glob = matches!(ads, Ads::Delta).then(|| start_glob_envoy(dir.path(), mux, xds_port));
     wait_for_flag(&client, envoy_admin, "dynamic", WAIT).await;
     wait_until("ttl-c and doomed in Envoy", WAIT, || async {
         let clusters = envoy_clusters(&client, envoy_admin).await;
@@ -270,10 +278,21 @@ async fn ttl_resources_live_through_refusals_and_restarts(ads: Ads) {
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn delta_ttl_resources_live_through_refusals_restarts_and_globs() {
-    ttl_resources_live_through_refusals_and_restarts(Ads::Delta).await;
+    ttl_resources_live_through_refusals_and_restarts(Ads::Delta, Mux::Default).await;
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn sotw_ttl_resources_live_through_refusals_and_restarts() {
-    ttl_resources_live_through_refusals_and_restarts(Ads::Sotw).await;
+    ttl_resources_live_through_refusals_and_restarts(Ads::Sotw, Mux::Default).await;
+}
+
+/// The same with Envoy's unified mux (`envoy.reloadable_features.unified_mux`).
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn delta_ttl_resources_live_through_refusals_restarts_and_globs_unified_mux() {
+    ttl_resources_live_through_refusals_and_restarts(Ads::Delta, Mux::Unified).await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn sotw_ttl_resources_live_through_refusals_and_restarts_unified_mux() {
+    ttl_resources_live_through_refusals_and_restarts(Ads::Sotw, Mux::Unified).await;
 }
