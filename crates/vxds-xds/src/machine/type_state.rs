@@ -187,7 +187,7 @@ pub(crate) struct TypeState {
 
     /// What the client accepted (held = ACKed, not sent): heartbeats renew these, at these
     /// versions, and the NACK scope reads their references. See `accepted`.
-    accepted: BTreeMap<ItemKey, Item>,
+    accepted: accepted::Accepted,
     /// The version of the last response the client accepted (SotW heartbeats carry it).
     accepted_version: Option<String>,
     /// The changes each unanswered response carried, by sequence number (Delta: its changes;
@@ -278,7 +278,7 @@ impl TypeState {
             refused: None,
             reported_names: BTreeSet::new(),
             removal_stamps: BTreeMap::new(),
-            accepted: BTreeMap::new(),
+            accepted: accepted::Accepted::default(),
             accepted_version: None,
             unacked: BTreeMap::new(),
             unanswered: 0,

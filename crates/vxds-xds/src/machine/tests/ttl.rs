@@ -472,3 +472,61 @@ fn sotw_a_stale_ack_is_what_the_client_holds_after_it_refuses_the_latest() {
     assert_eq!(beat.version_info, b.version_info);
     assert_eq!(beat.resources, b.resources);
 }
+
+/// Issue 20: the shortest TTL comes from the accepted TTL'd items kept in TTL order, and that
+/// order follows every change the client accepts: a TTL lengthened, a resource deleted, a TTL
+/// dropped, a new shorter one, beside items that have none.
+#[test]
+fn the_shortest_ttl_follows_what_the_client_accepts() {
+    let mut world = World::new();
+    let timed = |name: &str, ttl: Option<&str>| {
+        let mut variant = json!({"resource": route(name, name)});
+        if let Some(ttl) = ttl {
+            variant["ttl"] = json!(ttl);
+        }
+        json!({"type": "route", "name": name, "variants": [variant]})
+    };
+    let mut ops = vec![timed("a", Some("2s")), timed("b", Some("5s"))];
+    ops.extend((0..50).map(|i| timed(&format!("plain{i}"), None)));
+    world.apply(Value::Array(ops));
+    let mut m = delta_machine();
+    m.on_delta_request(delta_request(ROUTE, &["*"], &[], ""))
+        .unwrap();
+    let accept = |m: &mut StreamMachine, world: &World| {
+        for response in m.poll(&world.snapshot) {
+            let r = delta(&response);
+            m.on_delta_request(delta_request(ROUTE, &[], &[], &r.nonce))
+                .unwrap();
+        }
+    };
+    accept(&mut m, &world);
+    assert_eq!(m.shortest_ttl(), Some(Duration::from_secs(2)));
+    // `a` now lives 9 s: `b` is the shortest.
+    let changed = world.apply(json!([timed("a", Some("9s"))]));
+    m.on_changes(&changed);
+    let sent = m.poll(&world.snapshot);
+    // Not yet accepted: the client still holds `a` at 2 s.
+    assert_eq!(m.shortest_ttl(), Some(Duration::from_secs(2)));
+    for response in sent {
+        m.on_delta_request(delta_request(ROUTE, &[], &[], &delta(&response).nonce))
+            .unwrap();
+    }
+    assert_eq!(m.shortest_ttl(), Some(Duration::from_secs(5)));
+    let changed = world.apply(json!([delete("route", "b")]));
+    m.on_changes(&changed);
+    accept(&mut m, &world);
+    assert_eq!(m.shortest_ttl(), Some(Duration::from_secs(9)));
+    let changed = world.apply(json!([timed("a", None)]));
+    m.on_changes(&changed);
+    accept(&mut m, &world);
+    assert_eq!(m.shortest_ttl(), None);
+    let changed = world.apply(json!([timed("plain7", Some("3s")), timed("c", Some("4s"))]));
+    m.on_changes(&changed);
+    accept(&mut m, &world);
+    assert_eq!(m.shortest_ttl(), Some(Duration::from_secs(3)));
+    // Unsubscribed (the wildcard left for `c` alone): what it dropped is not renewed.
+    m.on_delta_request(delta_request(ROUTE, &["c"], &["*"], ""))
+        .unwrap();
+    accept(&mut m, &world);
+    assert_eq!(m.shortest_ttl(), Some(Duration::from_secs(4)));
+}

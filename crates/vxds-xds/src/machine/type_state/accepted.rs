@@ -9,7 +9,89 @@
 //! superseded response too (a stale nonce), and an ACK of it means it holds that state. Bounded:
 //! one entry per unanswered response, and a stream past `--xds-max-unanswered` is ended.
 
+use std::collections::btree_map::Entry;
+use std::time::Duration;
+
 use super::*;
+
+/// What the client accepted, by key, with the TTL'd items also in TTL order: the stream's
+/// shortest TTL (asked after every request, to set its heartbeat timer) is the first of them
+/// that heartbeats renew, found without walking the items that have none (issue 20: a stream
+/// holding 2,000 clusters walked all of them on every request).
+#[derive(Clone, Debug, Default)]
+pub(crate) struct Accepted {
+    items: BTreeMap<ItemKey, Item>,
+    /// `(ttl, key)` of each TTL'd item, kept in step with `items` by every change.
+    timed: BTreeSet<(Duration, ItemKey)>,
+}
+
+impl Accepted {
+    pub(crate) fn insert(&mut self, key: ItemKey, item: Item) {
+        let ttl = item.ttl();
+        match self.items.entry(key) {
+            Entry::Occupied(mut held) => {
+                let before = held.get().ttl();
+                if before != ttl {
+                    if let Some(before) = before {
+                        self.timed.remove(&(before, held.key().clone()));
+                    }
+                    if let Some(ttl) = ttl {
+                        self.timed.insert((ttl, held.key().clone()));
+                    }
+                }
+                held.insert(item);
+            }
+            Entry::Vacant(free) => {
+                if let Some(ttl) = ttl {
+                    self.timed.insert((ttl, free.key().clone()));
+                }
+                free.insert(item);
+            }
+        }
+    }
+
+    pub(crate) fn remove(&mut self, key: &ItemKey) {
+        if let Some(ttl) = self.items.remove(key).and_then(|item| item.ttl()) {
+            self.timed.remove(&(ttl, key.clone()));
+        }
+    }
+
+    pub(crate) fn contains_key(&self, key: &ItemKey) -> bool {
+        self.items.contains_key(key)
+    }
+
+    pub(crate) fn iter(&self) -> std::collections::btree_map::Iter<'_, ItemKey, Item> {
+        self.items.iter()
+    }
+
+    pub(crate) fn values(&self) -> impl Iterator<Item = &Item> {
+        self.items.values()
+    }
+
+    /// The TTL'd items' keys, shortest TTL first, with their TTLs.
+    pub(crate) fn by_ttl(&self) -> impl Iterator<Item = (Duration, &ItemKey)> {
+        self.timed.iter().map(|(ttl, key)| (*ttl, key))
+    }
+}
+
+impl FromIterator<(ItemKey, Item)> for Accepted {
+    fn from_iter<I: IntoIterator<Item = (ItemKey, Item)>>(items: I) -> Self {
+        let mut accepted = Accepted::default();
+        for (key, item) in items {
+            accepted.insert(key, item);
+        }
+        accepted
+    }
+}
+
+impl<'a> IntoIterator for &'a Accepted {
+    type Item = (&'a ItemKey, &'a Item);
+    type IntoIter = std::collections::btree_map::Iter<'a, ItemKey, Item>;
+
+    fn into_iter(self) -> Self::IntoIter {
+        self.items.iter()
+    }
+}
 
 /// What an unanswered response carried.
 #[derive(Clone, Debug)]
@@ -48,14 +130,14 @@ impl TypeState {
                                 self.accepted.insert(key, item)
                             }
                             None => self.accepted.remove(&key),
-                        };
+                        }
                     }
                 }
                 Carried::State(state, version) => {
                     self.accepted = state.into_iter().collect();
                     self.accepted_version = Some(version);
-                    let timed = self.accepted.iter().filter(|(_, i)| i.ttl().is_some());
-                    self.fresh.extend(timed.map(|(k, _)| k.clone()));
+                    let timed = self.accepted.by_ttl();
+                    self.fresh.extend(timed.map(|(_, k)| k.clone()));
                 }
             }
         }

@@ -52,13 +52,14 @@ impl TypeState {
         }
     }
 
-    /// The shortest TTL among what heartbeats renew on this type; `None` when nothing.
+    /// The shortest TTL among what heartbeats renew on this type; `None` when nothing. From
+    /// the accepted items in TTL order: the first one heartbeats renew (Delta passes over glob
+    /// members, which get none), never a walk of the items without a TTL.
     pub fn shortest_ttl(&self, delta: bool) -> Option<Duration> {
         self.accepted
-            .iter()
-            .filter(|(key, _)| !delta || self.delta_heartbeats(key))
-            .filter_map(|(_, item)| item.ttl())
-            .min()
+            .by_ttl()
+            .find(|(_, key)| !delta || self.delta_heartbeats(key))
+            .map(|(ttl, _)| ttl)
     }
 
     /// What was accepted with its body since the last round counts as renewed now.
