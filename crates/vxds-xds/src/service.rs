@@ -29,6 +29,7 @@ use crate::identity::{PeerIdentity, PeerInfo, trusted_params};
 use crate::machine::{MachineConfig, Protocol, RequestOutcome, Response, StreamMachine};
 use crate::metrics::{StreamLabels, TypeLabels, XdsMetrics};
 use crate::registry::Registry;
+use crate::rollout::StreamRollout;
 use crate::types::{Method, ServiceSpec};
 use crate::wire::{DeltaResponse, SotwResponse};
 
@@ -447,6 +448,78 @@ fn publish_answers(events: &ClientEvents, machine: &StreamMachine, outcome: &Req
     }
 }
 
+/// The client's answers, for rollout tracking; and the revisions it accepted, in its status.
+fn record_answers(rollout: &mut StreamRollout, machine: &StreamMachine, outcome: &RequestOutcome) {
+    if outcome.acks.is_empty() && outcome.nacks.is_empty() {
+        return;
+    }
+    for type_url in &outcome.acks {
+        rollout.acked(type_url);
+    }
+    if !outcome.nacks.is_empty() {
+        let status = machine.status();
+        let (node, texts) = match status.lock() {
+            Ok(status) => (
+                status.node_id.clone(),
+                outcome
+                    .nacks
+                    .iter()
+                    .map(|t| {
+                        status
+                            .types
+                            .iter()
+                            .find(|s| &s.type_url == t)
+                            .and_then(|s| s.last_nacked.as_ref())
+                            .map(|n| n.message.clone())
+                            .unwrap_or_default()
+                    })
+                    .collect::<Vec<_>>(),
+            ),
+            Err(_) => return,
+        };
+        for (type_url, text) in outcome.nacks.iter().zip(&texts) {
+            rollout.nacked(type_url, &node, text);
+        }
+    }
+    mirror_revisions(rollout, machine, outcome.acks.iter().chain(&outcome.nacks));
+}
+
+/// A computation from the snapshot at `revision`, told of `marked`, that sent `responses`.
+fn record_computed(
+    rollout: &mut StreamRollout,
+    machine: &StreamMachine,
+    revision: u64,
+    marked: &[u64],
+    responses: &[Response],
+) {
+    rollout.computed(revision, marked, responses.iter().map(Response::type_url));
+    if !responses.is_empty() {
+        mirror_revisions(rollout, machine, responses.iter().map(Response::type_url));
+    }
+}
+
+/// Copies what the client accepted and what is in flight into its status (`/v1/clients`, CSDS).
+fn mirror_revisions<'a, S: AsRef<str> + 'a>(
+    rollout: &StreamRollout,
+    machine: &StreamMachine,
+    types: impl Iterator<Item = S>,
+) {
+    let status = machine.status();
+    let Ok(mut status) = status.lock() else {
+        return;
+    };
+    for type_url in types {
+        let type_url = type_url.as_ref();
+        let Some((accepted, sent)) = rollout.versions(type_url) else {
+            continue;
+        };
+        if let Some(entry) = status.types.iter_mut().find(|t| t.type_url == type_url) {
+            entry.accepted_revision = (accepted > 0).then_some(accepted);
+            entry.pending_revision = (sent > accepted).then_some(sent);
+        }
+    }
+}
+
 /// Keeps the streams gauge honest however the task ends.
 struct StreamGauge {
     metrics: Arc<XdsMetrics>,
@@ -479,6 +552,7 @@ async fn run_stream<Req, Resp>(
     let mut machine = StreamMachine::new(id, protocol, spec, shared.machine.clone());
     machine.set_peer(admitted.peer, admitted.trusted);
     let registration = shared.registry.register(id, machine.status());
+    let mut rollout = StreamRollout::new(shared.registry.rollouts.clone(), id);
     let labels = StreamLabels {
         service: spec.label,
         protocol: match protocol {
@@ -537,6 +611,7 @@ async fn run_stream<Req, Resp>(
                                 warn!(stream = id, node = ?machine.node().map(|n| n.id.clone()), type_url = %unknown.type_url, "ignoring requests for a type URL that names no message of the Envoy API");
                             }
                         }
+                        record_answers(&mut rollout, &machine, &outcome);
                         for type_url in outcome.acks {
                             shared.metrics.acks.get_or_create(&TypeLabels { type_url }).inc();
                         }
@@ -548,8 +623,11 @@ async fn run_stream<Req, Resp>(
                             shared.registry.set_interest(id, machine.interest());
                         }
                         // What the inbox holds first: one revision for every type.
-                        let snapshot = shared.registry.catch_up(&registration.inbox, &mut machine).await;
-                        machine.poll(&snapshot)
+                        let mut marked = Vec::new();
+                        let snapshot = shared.registry.catch_up_marked(&registration.inbox, &mut machine, &mut marked).await;
+                        let responses = machine.poll(&snapshot);
+                        record_computed(&mut rollout, &machine, snapshot.revision, &marked, &responses);
+                        responses
                     }
                     Err(status) => {
                         warn!(stream = id, node = ?machine.node().map(|n| n.id.clone()), error = %status.message(), "closing the stream");
@@ -572,8 +650,10 @@ async fn run_stream<Req, Resp>(
                 }
             },
             () = registration.inbox.wait() => {
-                let snapshot = shared.registry.catch_up(&registration.inbox, &mut machine).await;
+                let mut marked = Vec::new();
+                let snapshot = shared.registry.catch_up_marked(&registration.inbox, &mut machine, &mut marked).await;
                 let responses = machine.poll(&snapshot);
+                record_computed(&mut rollout, &machine, snapshot.revision, &marked, &responses);
                 if !responses.is_empty()
                     && let Some(committed) = snapshot.committed_at_ms()
                 {
