@@ -448,10 +448,19 @@ fn publish_answers(events: &ClientEvents, machine: &StreamMachine, outcome: &Req
     }
 }
 
-/// The client's answers, for rollout tracking; and the revisions it accepted, in its status.
-fn record_answers(rollout: &mut StreamRollout, machine: &StreamMachine, outcome: &RequestOutcome) {
+/// A refusal, held until the computation that follows it: `(type, node, error text)`.
+type Refusal = (String, String, String);
+
+/// The client's ACKs, for rollout tracking, and the revisions it accepted, in its status; its
+/// NACKs, for [`record_refusals`].
+fn record_answers(
+    rollout: &mut StreamRollout,
+    machine: &StreamMachine,
+    outcome: &RequestOutcome,
+) -> Vec<Refusal> {
+    let mut refusals = Vec::new();
     if outcome.acks.is_empty() && outcome.nacks.is_empty() {
-        return;
+        return refusals;
     }
     for type_url in &outcome.acks {
         rollout.acked(type_url);
@@ -475,13 +484,25 @@ fn record_answers(rollout: &mut StreamRollout, machine: &StreamMachine, outcome:
                     })
                     .collect::<Vec<_>>(),
             ),
-            Err(_) => return,
+            Err(_) => return refusals,
         };
-        for (type_url, text) in outcome.nacks.iter().zip(&texts) {
-            rollout.nacked(type_url, &node, text);
+        for (type_url, text) in outcome.nacks.iter().zip(texts) {
+            refusals.push((type_url.clone(), node.clone(), text));
         }
     }
     mirror_revisions(rollout, machine, outcome.acks.iter().chain(&outcome.nacks));
+    refusals
+}
+
+/// NACKs count against the revisions they refuse unless the computation right after them sent
+/// the type again: a refused make-before-break update is followed by its removals (what the
+/// refusal no longer holds back), and the client's answer to those decides.
+fn record_refusals(rollout: &mut StreamRollout, refusals: Vec<Refusal>, responses: &[Response]) {
+    for (type_url, node, text) in refusals {
+        if !responses.iter().any(|r| r.type_url() == type_url) {
+            rollout.nacked(&type_url, &node, &text);
+        }
+    }
 }
 
 /// A computation from the snapshot at `revision`, told of `marked`, that sent `responses`.
@@ -611,7 +632,7 @@ async fn run_stream<Req, Resp>(
                                 warn!(stream = id, node = ?machine.node().map(|n| n.id.clone()), type_url = %unknown.type_url, "ignoring requests for a type URL that names no message of the Envoy API");
                             }
                         }
-                        record_answers(&mut rollout, &machine, &outcome);
+                        let refusals = record_answers(&mut rollout, &machine, &outcome);
                         for type_url in outcome.acks {
                             shared.metrics.acks.get_or_create(&TypeLabels { type_url }).inc();
                         }
@@ -627,6 +648,7 @@ async fn run_stream<Req, Resp>(
                         let snapshot = shared.registry.catch_up_marked(&registration.inbox, &mut machine, &mut marked).await;
                         let responses = machine.poll(&snapshot);
                         record_computed(&mut rollout, &machine, snapshot.revision, &marked, &responses);
+                        record_refusals(&mut rollout, refusals, &responses);
                         responses
                     }
                     Err(status) => {
