@@ -44,6 +44,9 @@ fn now_ms() -> i64 {
         .unwrap_or(0)
 }
 
+/// What commit → ACK times are reported to.
+pub type Observer = Arc<dyn Fn(f64) + Send + Sync>;
+
 /// This replica's rollout records, shared by the dispatcher, every stream and the admin API.
 #[derive(Default)]
 pub struct Rollouts {
@@ -57,7 +60,7 @@ pub struct Rollouts {
     /// replicas see it.
     pub settled: Notify,
     /// Observes commit → ACK, in seconds (the convergence histogram).
-    observer: Mutex<Option<Arc<dyn Fn(f64) + Send + Sync>>>,
+    observer: Mutex<Option<Observer>>,
 }
 
 #[derive(Debug, Default)]
@@ -97,7 +100,7 @@ impl Rollouts {
         }
     }
     /// Sets what every commit → ACK time is reported to (the metric).
-    pub fn observe_with(&self, observer: Arc<dyn Fn(f64) + Send + Sync>) {
+    pub fn observe_with(&self, observer: Observer) {
         if let Ok(mut o) = self.observer.lock() {
             *o = Some(observer);
         }
@@ -113,7 +116,7 @@ impl Rollouts {
             };
             let before = (record.nacked, open(record));
             f(record);
-            let progress = self.events.is_watched().then(|| RolloutProgress {
+            let progress = self.events.is_watched().then_some(RolloutProgress {
                 revision,
                 streams: record.streams,
                 acked: record.acked,
