@@ -9,6 +9,7 @@ use crate::AdminState;
 use crate::auth::Caller;
 use crate::body::Payload;
 use crate::problem::{ApiError, ProblemBody, WriteProblems};
+use crate::query::Query;
 use crate::repr::WriteResult;
 
 /// Applies through the store and counts the outcome.
@@ -41,11 +42,17 @@ pub fn record(
 }
 
 /// Apply a changeset: puts and deletes, all or nothing, as one revision.
+///
+/// With `?wait=30s`, the answer comes once every client stream the revision changed accepted
+/// it, or one refused it, or the wait ended (`rollout`). With `&revert_on_nack=true` as well, a
+/// refusal restores the state before the revision as a new revision — unless something was
+/// committed since — and waits for that one too.
 #[utoipa::path(
     post,
     path = "/v1/changesets",
     operation_id = "applyChangeset",
     tag = "changesets",
+    params(crate::rollout::WaitParams),
     request_body(content(
         (ChangesetRequest = "application/json"),
         (ChangesetRequest = "application/yaml"),
@@ -61,9 +68,26 @@ pub fn record(
 pub async fn post(
     State(state): State<AdminState>,
     caller: Option<Extension<Caller>>,
+    Query(wait): Query<crate::rollout::WaitParams>,
     Payload(request): Payload<ChangesetRequest>,
 ) -> Result<Json<WriteResult>, ApiError> {
     let author = caller.and_then(|Extension(c)| c.name);
-    let applied = apply(&state, request, author, None).await?;
-    Ok(Json(crate::impact::write_result(&state, applied).await?))
+    let waiting = wait.wait()?;
+    if wait.revert_on_nack == Some(true) && waiting.is_none() {
+        return Err(ApiError::bad_parameter(
+            "revert_on_nack",
+            "revert_without_wait",
+            "`revert_on_nack` needs `wait`: a refusal is only seen while waiting",
+        ));
+    }
+    let applied = apply(&state, request, author.clone(), None).await?;
+    let committed = !applied.dry_run && !applied.changes.is_empty();
+    let revision = applied.revision;
+    let mut result = crate::impact::write_result(&state, applied).await?;
+    if let Some(waiting) = waiting.filter(|_| committed) {
+        let revert = wait.revert_on_nack == Some(true);
+        result.rollout =
+            Some(crate::rollout::follow(&state, revision, waiting, revert, author).await?);
+    }
+    Ok(Json(result))
 }

@@ -186,6 +186,7 @@ pub(crate) async fn write_result(
             .map(|p| ProblemItem::from_problem(p, None))
             .collect(),
         impact,
+        rollout: None,
     })
 }
 

@@ -25,6 +25,7 @@ mod repr;
 mod resolve;
 mod resources;
 mod revisions;
+pub mod rollout;
 pub mod ui;
 
 use std::sync::Arc;
@@ -238,6 +239,7 @@ fn api_router() -> OpenApiRouter<AdminState> {
         .routes(routes!(revisions::get))
         .routes(routes!(revisions::changes))
         .routes(routes!(revisions::restore))
+        .routes(routes!(rollout::get))
         .routes(routes!(clients::list))
         .routes(routes!(events::events))
         .routes(routes!(health::healthz))

@@ -146,6 +146,9 @@ pub struct WriteResult {
     /// Dry runs of changesets: which connected clients each changed resource would move.
     #[serde(skip_serializing_if = "Option::is_none")]
     pub impact: Option<crate::impact::ImpactReport>,
+    /// With `?wait=`: how the revision's rollout went (and, with `revert_on_nack`, its undoing).
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub rollout: Option<crate::rollout::RolloutOutcome>,
 }
 
 #[derive(Clone, Debug, Serialize, ToSchema)]

@@ -157,7 +157,7 @@ pub struct DetailParams {
     bodies: Option<bool>,
 }
 
-fn revision_number(path: &PathParams) -> Result<u64, ApiError> {
+pub(crate) fn revision_number(path: &PathParams) -> Result<u64, ApiError> {
     let raw = path.get("revision")?;
     raw.parse::<u64>()
         .ok()

@@ -37,5 +37,5 @@ fn every_operation_has_a_unique_id_and_documents_its_errors() {
             );
         }
     }
-    assert_eq!(ids.len(), 20);
+    assert_eq!(ids.len(), 21);
 }

@@ -9,6 +9,7 @@
 //! - [`identity`]: identity templates that turn a certificate identity into trusted parameters.
 //! - [`impact`]: impact preview: the client summary replicas publish, and which clients a
 //!   change to a variant set would move.
+//! - [`rollout`]: a revision's rollout status: each replica's counts and the fleet's merge.
 //!
 //! Nothing here touches tokio, sqlx, axum or tonic; the protobuf edge lives in `vxds-envoy`.
 #![forbid(unsafe_code)]
@@ -17,6 +18,7 @@ pub mod constraints;
 pub mod identity;
 pub mod impact;
 pub mod params;
+pub mod rollout;
 pub mod variants;
 pub mod xdstp;
 

@@ -220,7 +220,8 @@ fn generic_configs(ty: &TypeStatus, exclude_contents: bool) -> Vec<GenericXdsCon
                 last_update_attempt: timestamp(&n.at),
                 ..Default::default()
             });
-    let last_updated = ty.last_sent.as_ref().and_then(|s| timestamp(&s.at));
+    // When the client last accepted this type (what it runs), not when it was last sent.
+    let last_updated = ty.last_acked.as_ref().and_then(|a| timestamp(&a.at));
     // CSDS answers anyone who reaches the xDS port: secret bodies (private keys) never leave
     // through it; their names, versions and status do.
     let redact = exclude_contents || ty.type_url == crate::types::SECRET;

@@ -29,6 +29,23 @@ pub enum ClientEvent {
     Ack(Answer),
     /// The client refused a response; `message` is its error text.
     Nack(Answer),
+    /// A revision's rollout on this replica moved: a stream accepted or refused it, or it was
+    /// told to every stream. `GET /v1/revisions/{n}/rollout` has the fleet's status.
+    Rollout(RolloutProgress),
+}
+
+/// This replica's counts of a revision's rollout (see `vxds_core::rollout::RolloutRecord`).
+#[derive(Clone, Debug, Default, Serialize)]
+#[cfg_attr(feature = "openapi", derive(utoipa::ToSchema))]
+pub struct RolloutProgress {
+    pub revision: u64,
+    pub streams: u64,
+    pub acked: u64,
+    pub nacked: u64,
+    pub pending: u64,
+    pub gone: u64,
+    /// Streams still working out whether the revision changes anything they resolve.
+    pub undecided: u64,
 }
 
 impl ClientEvent {
@@ -39,6 +56,7 @@ impl ClientEvent {
             ClientEvent::ClientDisconnected(_) => "client_disconnected",
             ClientEvent::Ack(_) => "ack",
             ClientEvent::Nack(_) => "nack",
+            ClientEvent::Rollout(_) => "rollout",
         }
     }
 }

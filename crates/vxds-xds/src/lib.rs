@@ -9,6 +9,7 @@
 //! - [`wire`]: responses encoded around the variants' shared bytes.
 //! - [`csds`], [`status`]: what the server knows of each client; [`summary`]: the compact
 //!   summary of them impact preview reads; [`metrics`]: Prometheus.
+//! - [`rollout`]: which streams each recent revision changed, and whether they accepted it.
 //!
 //! It reads only the in-memory index, never the database.
 #![forbid(unsafe_code)]
@@ -23,6 +24,7 @@ pub mod machine;
 pub mod metrics;
 pub mod params;
 pub mod registry;
+pub mod rollout;
 mod service;
 pub mod status;
 pub mod summary;
@@ -138,6 +140,10 @@ impl XdsServer {
     /// Serves `index`; starts the dispatcher that follows it.
     pub fn new(index: Index, config: XdsConfig, metrics: Arc<XdsMetrics>) -> Self {
         let registry = Arc::new(Registry::new(index.snapshot()));
+        let convergence = metrics.convergence.clone();
+        registry
+            .rollouts
+            .observe_with(Arc::new(move |seconds| convergence.observe(seconds)));
         let dispatcher = tokio::spawn(registry::dispatch_changes(index.clone(), registry.clone()));
         let heartbeats = tokio::spawn(registry::heartbeats::run(registry.clone()));
         let shared = Arc::new(Shared {

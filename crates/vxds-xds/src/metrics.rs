@@ -48,6 +48,9 @@ pub struct XdsMetrics {
     pub heartbeats: Family<TypeLabels, Counter>,
     /// Seconds from a revision's commit to a response carrying it.
     pub push_latency: Histogram,
+    /// Seconds from a revision's commit to each concerned stream's ACK of it (or of a later
+    /// revision), per stream and revision.
+    pub convergence: Histogram,
     /// Requests ignored for naming a type URL the server does not know. Not labelled by type:
     /// the client chooses it.
     pub unknown_type_requests: Counter,
@@ -68,6 +71,7 @@ impl XdsMetrics {
             nacks: Family::default(),
             heartbeats: Family::default(),
             push_latency: Histogram::new(exponential_buckets(0.001, 2.0, 16)),
+            convergence: Histogram::new(exponential_buckets(0.001, 2.0, 20)),
             unknown_type_requests: Counter::default(),
         };
         registry.register(
@@ -129,6 +133,11 @@ impl XdsMetrics {
             "vxds_xds_push_latency_seconds",
             "From a revision's commit to the response that carries it",
             metrics.push_latency.clone(),
+        );
+        registry.register(
+            "vxds_xds_convergence_seconds",
+            "From a revision's commit to each stream it changed accepting it (or a later revision)",
+            metrics.convergence.clone(),
         );
         registry.register(
             "vxds_xds_unknown_type_requests",

@@ -46,6 +46,9 @@ struct Pending {
     everything: bool,
     /// The latest revision marked: the stream must compute from a snapshot at least as new.
     revision: u64,
+    /// Every revision marked, for rollout tracking (`crate::rollout`); at most
+    /// [`crate::rollout::MAX_CONCERNS`], the oldest given up beyond.
+    revisions: Vec<u64>,
 }
 
 /// What a stream was told since it last looked.
@@ -54,21 +57,55 @@ pub struct Marked {
     /// The changed resources, or `None` for everything.
     pub keys: Option<BTreeSet<ResourceKey>>,
     pub revision: u64,
+    /// Each revision marked, oldest first.
+    pub revisions: Vec<u64>,
+}
+
+/// A mark's effect on rollout tracking: whether `revision` is new to the inbox, and the
+/// revision given up to make room.
+#[derive(Debug, Default)]
+struct MarkResult {
+    added: bool,
+    evicted: Option<u64>,
+}
+
+impl Pending {
+    fn note(&mut self, revision: u64) -> MarkResult {
+        if self.revisions.contains(&revision) {
+            return MarkResult::default();
+        }
+        let evicted = (self.revisions.len() >= crate::rollout::MAX_CONCERNS)
+            .then(|| self.revisions.remove(0));
+        self.revisions.push(revision);
+        MarkResult {
+            added: true,
+            evicted,
+        }
+    }
 }
 
 impl Inbox {
-    fn mark<'a>(&self, keys: impl IntoIterator<Item = &'a ResourceKey>, revision: u64) {
+    fn mark<'a>(
+        &self,
+        keys: impl IntoIterator<Item = &'a ResourceKey>,
+        revision: u64,
+    ) -> MarkResult {
+        let mut result = MarkResult::default();
         if let Ok(mut pending) = self.pending.lock() {
             if !pending.everything {
                 pending.keys.extend(keys.into_iter().cloned());
             }
             pending.revision = pending.revision.max(revision);
+            result = pending.note(revision);
         }
         self.notify.notify_one();
+        result
     }
 
-    fn mark_everything(&self, revision: u64) {
+    fn mark_everything(&self, revision: u64) -> MarkResult {
+        let mut result = MarkResult::default();
         if let Ok(mut pending) = self.pending.lock() {
+            result = pending.note(revision);
             pending.everything = true;
             pending.keys.clear();
             // Everything is computed afresh, from this revision on: earlier marks are moot
@@ -76,6 +113,15 @@ impl Inbox {
             pending.revision = revision;
         }
         self.notify.notify_one();
+        result
+    }
+
+    /// The revisions marked and not yet taken (the stream left).
+    fn abandon(&self) -> Vec<u64> {
+        self.pending
+            .lock()
+            .map(|mut p| std::mem::take(&mut p.revisions))
+            .unwrap_or_default()
     }
 
     /// Waits until something is marked (a mark made before the wait counts).
@@ -89,15 +135,18 @@ impl Inbox {
             return Marked::default();
         };
         let revision = std::mem::take(&mut pending.revision);
+        let revisions = std::mem::take(&mut pending.revisions);
         if std::mem::take(&mut pending.everything) {
             return Marked {
                 keys: None,
                 revision,
+                revisions,
             };
         }
         Marked {
             keys: Some(std::mem::take(&mut pending.keys)),
             revision,
+            revisions,
         }
     }
 }
@@ -190,6 +239,8 @@ pub struct Registry {
     pub heartbeats: heartbeats::Heartbeats,
     /// Clients connecting and leaving, ACKs and NACKs, for `GET /v1/events`.
     pub events: crate::events::ClientEvents,
+    /// Which streams each recent revision changed, and their answers.
+    pub rollouts: Arc<crate::rollout::Rollouts>,
 }
 
 /// A stream's place in the registry; dropping it (the stream ended) removes the stream.
@@ -210,18 +261,21 @@ impl Drop for Registration {
             indexes.unindex(self.id, &entry.interest);
         }
         self.registry.heartbeats.remove(self.id);
+        self.registry.rollouts.undecided_gone(&self.inbox.abandon());
     }
 }
 
 impl Registry {
     /// A registry whose streams start from `snapshot`.
     pub fn new(snapshot: Arc<Snapshot>) -> Self {
+        let events = crate::events::ClientEvents::default();
         Self {
             indexes: Mutex::default(),
             next_id: AtomicU64::new(0),
             published: watch::channel(snapshot).0,
             heartbeats: heartbeats::Heartbeats::default(),
-            events: crate::events::ClientEvents::default(),
+            rollouts: Arc::new(crate::rollout::Rollouts::new(events.clone())),
+            events,
         }
     }
 
@@ -275,10 +329,24 @@ impl Registry {
             .as_ref()
             .map(|d| (entry.inbox.clone(), d.changed.clone(), d.revision));
         drop(guard);
-        match catch_up {
-            Some((inbox, Some(changed), revision)) => inbox.mark(changed.iter(), revision),
-            Some((inbox, None, revision)) => inbox.mark_everything(revision),
-            None => {}
+        let marked = match catch_up {
+            Some((inbox, Some(changed), revision)) => {
+                (inbox.mark(changed.iter(), revision), revision)
+            }
+            Some((inbox, None, revision)) => (inbox.mark_everything(revision), revision),
+            None => return,
+        };
+        self.rollout_marked(marked.0, marked.1);
+    }
+
+    /// Counts a mark into the rollout records: before the revision's publication, so before
+    /// the stream can decide.
+    fn rollout_marked(&self, result: MarkResult, revision: u64) {
+        if result.added {
+            self.rollouts.marked(revision);
+        }
+        if let Some(evicted) = result.evicted {
+            self.rollouts.undecided_gone(&[evicted]);
         }
     }
 
@@ -300,12 +368,23 @@ impl Registry {
     /// Brings `machine` up to date with what its inbox holds, and returns the snapshot to
     /// compute from: published, and at least as new as every change the machine was told of.
     pub async fn catch_up(&self, inbox: &Inbox, machine: &mut StreamMachine) -> Arc<Snapshot> {
+        self.catch_up_marked(inbox, machine, &mut Vec::new()).await
+    }
+
+    /// [`Self::catch_up`], adding each revision marked to `revisions`.
+    pub async fn catch_up_marked(
+        &self,
+        inbox: &Inbox,
+        machine: &mut StreamMachine,
+        revisions: &mut Vec<u64>,
+    ) -> Arc<Snapshot> {
         let mut published = self.published.subscribe();
         loop {
             // Snapshot first, then the inbox: every mark up to its revision is in the inbox
             // by the time it is published.
             let snapshot = published.borrow_and_update().clone();
             let marked = inbox.take();
+            revisions.extend_from_slice(&marked.revisions);
             match &marked.keys {
                 Some(keys) => machine.on_changes(keys),
                 None => machine.on_everything_changed(),
@@ -328,6 +407,11 @@ impl Registry {
     /// `None`), then publishes it.
     pub fn dispatch(&self, snapshot: Arc<Snapshot>, changed: Option<BTreeSet<ResourceKey>>) {
         let revision = snapshot.revision;
+        self.rollouts.dispatching(
+            self.snapshot().revision,
+            revision,
+            snapshot.committed_at_ms(),
+        );
         let changed = changed.map(Arc::new);
         if let Ok(mut indexes) = self.indexes.lock() {
             indexes.dispatching = Some(Dispatching {
@@ -339,7 +423,7 @@ impl Registry {
             Some(changed) => {
                 let targets = self.targets(changed);
                 for (inbox, keys) in targets.into_values() {
-                    inbox.mark(keys, revision);
+                    self.rollout_marked(inbox.mark(keys, revision), revision);
                 }
             }
             None => {
@@ -347,13 +431,16 @@ impl Registry {
                     Ok(indexes) => indexes.streams.values().map(|e| e.inbox.clone()).collect(),
                     Err(_) => Vec::new(),
                 };
-                inboxes.iter().for_each(|i| i.mark_everything(revision));
+                for inbox in &inboxes {
+                    self.rollout_marked(inbox.mark_everything(revision), revision);
+                }
             }
         }
         if let Ok(mut indexes) = self.indexes.lock() {
             indexes.dispatching = None;
             self.published.send_replace(snapshot);
         }
+        self.rollouts.published(revision);
     }
 
     /// The streams each changed resource concerns, looked up a chunk at a time.

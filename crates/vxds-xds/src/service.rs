@@ -29,6 +29,7 @@ use crate::identity::{PeerIdentity, PeerInfo, trusted_params};
 use crate::machine::{MachineConfig, Protocol, RequestOutcome, Response, StreamMachine};
 use crate::metrics::{StreamLabels, TypeLabels, XdsMetrics};
 use crate::registry::Registry;
+use crate::rollout::StreamRollout;
 use crate::types::{Method, ServiceSpec};
 use crate::wire::{DeltaResponse, SotwResponse};
 
@@ -452,6 +453,99 @@ fn publish_answers(events: &ClientEvents, machine: &StreamMachine, outcome: &Req
     }
 }
 
+/// A refusal, held until the computation that follows it: `(type, node, error text)`.
+type Refusal = (String, String, String);
+
+/// The client's ACKs, for rollout tracking, and the revisions it accepted, in its status; its
+/// NACKs, for [`record_refusals`].
+fn record_answers(
+    rollout: &mut StreamRollout,
+    machine: &StreamMachine,
+    outcome: &RequestOutcome,
+) -> Vec<Refusal> {
+    let mut refusals = Vec::new();
+    if outcome.acks.is_empty() && outcome.nacks.is_empty() {
+        return refusals;
+    }
+    for type_url in &outcome.acks {
+        rollout.acked(type_url);
+    }
+    if !outcome.nacks.is_empty() {
+        let status = machine.status();
+        let (node, texts) = match status.lock() {
+            Ok(status) => (
+                status.node_id.clone(),
+                outcome
+                    .nacks
+                    .iter()
+                    .map(|t| {
+                        status
+                            .types
+                            .iter()
+                            .find(|s| &s.type_url == t)
+                            .and_then(|s| s.last_nacked.as_ref())
+                            .map(|n| n.message.clone())
+                            .unwrap_or_default()
+                    })
+                    .collect::<Vec<_>>(),
+            ),
+            Err(_) => return refusals,
+        };
+        for (type_url, text) in outcome.nacks.iter().zip(texts) {
+            refusals.push((type_url.clone(), node.clone(), text));
+        }
+    }
+    mirror_revisions(rollout, machine, outcome.acks.iter().chain(&outcome.nacks));
+    refusals
+}
+
+/// NACKs count against the revisions they refuse unless the computation right after them sent
+/// the type again: a refused make-before-break update is followed by its removals (what the
+/// refusal no longer holds back), and the client's answer to those decides.
+fn record_refusals(rollout: &mut StreamRollout, refusals: Vec<Refusal>, responses: &[Response]) {
+    for (type_url, node, text) in refusals {
+        if !responses.iter().any(|r| r.type_url() == type_url) {
+            rollout.nacked(&type_url, &node, &text);
+        }
+    }
+}
+
+/// A computation from the snapshot at `revision`, told of `marked`, that sent `responses`.
+fn record_computed(
+    rollout: &mut StreamRollout,
+    machine: &StreamMachine,
+    revision: u64,
+    marked: &[u64],
+    responses: &[Response],
+) {
+    rollout.computed(revision, marked, responses.iter().map(Response::type_url));
+    if !responses.is_empty() {
+        mirror_revisions(rollout, machine, responses.iter().map(Response::type_url));
+    }
+}
+
+/// Copies what the client accepted and what is in flight into its status (`/v1/clients`, CSDS).
+fn mirror_revisions<'a, S: AsRef<str> + 'a>(
+    rollout: &StreamRollout,
+    machine: &StreamMachine,
+    types: impl Iterator<Item = S>,
+) {
+    let status = machine.status();
+    let Ok(mut status) = status.lock() else {
+        return;
+    };
+    for type_url in types {
+        let type_url = type_url.as_ref();
+        let Some((accepted, sent)) = rollout.versions(type_url) else {
+            continue;
+        };
+        if let Some(entry) = status.types.iter_mut().find(|t| t.type_url == type_url) {
+            entry.accepted_revision = (accepted > 0).then_some(accepted);
+            entry.pending_revision = (sent > accepted).then_some(sent);
+        }
+    }
+}
+
 /// Keeps the streams gauge honest however the task ends.
 struct StreamGauge {
     metrics: Arc<XdsMetrics>,
@@ -484,6 +578,7 @@ async fn run_stream<Req, Resp>(
     let mut machine = StreamMachine::new(id, protocol, spec, shared.machine.clone());
     machine.set_peer(admitted.peer, admitted.trusted);
     let registration = shared.registry.register(id, machine.status());
+    let mut rollout = StreamRollout::new(shared.registry.rollouts.clone(), id);
     let labels = StreamLabels {
         service: spec.label,
         protocol: match protocol {
@@ -542,6 +637,7 @@ async fn run_stream<Req, Resp>(
                                 warn!(stream = id, node = ?machine.node().map(|n| n.id.clone()), type_url = %unknown.type_url, "ignoring requests for a type URL that names no message of the Envoy API");
                             }
                         }
+                        let refusals = record_answers(&mut rollout, &machine, &outcome);
                         for type_url in outcome.acks {
                             shared.metrics.acks.get_or_create(&TypeLabels { type_url }).inc();
                         }
@@ -553,8 +649,12 @@ async fn run_stream<Req, Resp>(
                             shared.registry.set_interest(id, machine.interest());
                         }
                         // What the inbox holds first: one revision for every type.
-                        let snapshot = shared.registry.catch_up(&registration.inbox, &mut machine).await;
-                        machine.poll(&snapshot)
+                        let mut marked = Vec::new();
+                        let snapshot = shared.registry.catch_up_marked(&registration.inbox, &mut machine, &mut marked).await;
+                        let responses = machine.poll(&snapshot);
+                        record_computed(&mut rollout, &machine, snapshot.revision, &marked, &responses);
+                        record_refusals(&mut rollout, refusals, &responses);
+                        responses
                     }
                     Err(status) => {
                         warn!(stream = id, node = ?machine.node().map(|n| n.id.clone()), error = %status.message(), "closing the stream");
@@ -577,8 +677,10 @@ async fn run_stream<Req, Resp>(
                 }
             },
             () = registration.inbox.wait() => {
-                let snapshot = shared.registry.catch_up(&registration.inbox, &mut machine).await;
+                let mut marked = Vec::new();
+                let snapshot = shared.registry.catch_up_marked(&registration.inbox, &mut machine, &mut marked).await;
                 let responses = machine.poll(&snapshot);
+                record_computed(&mut rollout, &machine, snapshot.revision, &marked, &responses);
                 if !responses.is_empty()
                     && let Some(committed) = snapshot.committed_at_ms()
                 {

@@ -69,6 +69,12 @@ pub struct TypeStatus {
     pub subscriptions: Arc<[String]>,
     pub last_sent: Option<SentVersion>,
     pub last_acked: Option<Acked>,
+    /// The revision of the configuration the client accepted last (ACKed) of this type: what
+    /// it runs. `None` until it accepts a response computed from a revision.
+    pub accepted_revision: Option<u64>,
+    /// The revision of a response sent since and not accepted (unanswered, or refused):
+    /// `None` when the client runs the latest it was sent.
+    pub pending_revision: Option<u64>,
     /// The last response the client refused, and why.
     pub last_nacked: Option<Nacked>,
     /// The subscriptions by the type (a list collection's may be another) and parameters they

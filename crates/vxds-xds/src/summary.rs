@@ -36,7 +36,11 @@ impl Registry {
                 }
             }
         }
-        builder.build()
+        let mut summary = builder.build();
+        // The replica's name is added where the summaries are merged.
+        summary.rollouts = self.rollouts.recent("");
+        summary.rollout_head = self.rollouts.head();
+        summary
     }
 }
 

@@ -9,6 +9,7 @@ pub mod impact;
 pub mod prune;
 pub mod resolve;
 pub mod rollback;
+pub mod rollout;
 pub mod token;
 pub mod validate;
 

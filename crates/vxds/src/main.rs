@@ -57,6 +57,9 @@ enum Command {
     Resolve(commands::resolve::ResolveArgs),
     /// Make the store equal to its state right after a past revision, as a new revision.
     Rollback(commands::rollback::RollbackArgs),
+    /// How far a revision reached the fleet: which clients accepted or refused it.
+    #[command(subcommand)]
+    Rollout(commands::rollout::RolloutCommand),
     /// Admin API tokens.
     #[command(subcommand)]
     Token(commands::token::TokenCommand),
@@ -114,6 +117,7 @@ fn main() -> ExitCode {
             Command::Export(args) => commands::export::run(args).await,
             Command::Resolve(args) => commands::resolve::run(args).await,
             Command::Rollback(args) => commands::rollback::run(args).await,
+            Command::Rollout(command) => commands::rollout::run(command).await,
             Command::Token(command) => commands::token::run(command),
             Command::DevCerts(args) => commands::dev_certs::run(args),
             Command::Openapi => {

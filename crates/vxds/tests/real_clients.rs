@@ -27,6 +27,8 @@ mod failover;
 mod mtls;
 #[path = "real_clients/protocol.rs"]
 mod protocol;
+#[path = "real_clients/rollout.rs"]
+mod rollout;
 #[path = "real_clients/sds.rs"]
 mod sds;
 #[path = "real_clients/stale_nonce.rs"]

@@ -20,6 +20,9 @@ pub const DEFAULT_SUMMARY_PERIOD: Duration = Duration::from_secs(5);
 /// A summary counts for this many periods: a replica that misses two publishes in a row is
 /// still counted, one that stopped drops out.
 pub const STALE_PERIODS: u32 = 3;
+/// How long a replica waits, after a revision settles on it, before publishing its summary:
+/// the settling of several streams' revisions goes out in one publish.
+pub const SETTLED_DEBOUNCE: Duration = Duration::from_millis(100);
 
 pub(super) struct Fleet {
     pub replicas: Vec<ReplicaRepr>,
@@ -97,7 +100,15 @@ pub async fn publish_summaries(
     // What the store holds for this replica, as far as it knows: renewed while unchanged.
     let mut published: Option<ClientSummary> = None;
     loop {
-        ticks.tick().await;
+        // On the period; and soon after a revision settles on this replica or a stream refuses
+        // one (debounced), so that a rollout waited on from another replica is not a period
+        // late.
+        tokio::select! {
+            _ = ticks.tick() => {}
+            () = registry.rollouts.settled.notified() => {
+                tokio::time::sleep(SETTLED_DEBOUNCE).await;
+            }
+        }
         let registry = registry.clone();
         let Ok(summary) = tokio::task::spawn_blocking(move || registry.summary()).await else {
             continue;

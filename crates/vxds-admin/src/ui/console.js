@@ -373,6 +373,45 @@ async function renderRevisions() {
   show(el("h1", {}, "Revisions"),
     el("p", { id: "restore-result", class: notice.kind }, notice.text),
     el("div", { id: "revisions" }, newest.map(revisionNode)));
+  // The rollout of the newest few (each one request); `rollout` events refresh them.
+  newest.slice(0, ROLLOUTS_SHOWN).forEach((r) => loadRollout(r.revision));
+}
+
+const ROLLOUTS_SHOWN = 20;
+const rolloutTimers = new Map();
+
+// A revision's rollout: a progress bar (accepted of the streams it changed) and the NACK texts.
+async function loadRollout(revision) {
+  const box = $("rollout-" + revision);
+  if (!box) return;
+  let r;
+  try {
+    r = await api("GET", "/v1/revisions/" + revision + "/rollout");
+  } catch (e) {
+    box.replaceChildren(el("span", { class: "muted" }, "rollout: " + e.message));
+    return;
+  }
+  const parts = [r.acked + "/" + r.streams + " streams accepted"];
+  if (r.nacked) parts.push(r.nacked + " refused");
+  if (r.pending) parts.push(r.pending + " pending");
+  if (r.gone) parts.push(r.gone + " left");
+  if (r.ack_time && r.ack_time.p50_ms !== null && r.ack_time.p50_ms !== undefined) {
+    parts.push("ACK p50 " + r.ack_time.p50_ms + " ms, p99 " + r.ack_time.p99_ms + " ms, max " + r.ack_time.max_ms + " ms");
+  }
+  box.className = "rollout " + r.state;
+  box.replaceChildren(
+    el("progress", { max: Math.max(r.streams, 1), value: r.streams ? r.acked : 1, title: r.state }),
+    el("span", {}, r.state + " · " + parts.join(" · ")),
+    r.nacks.length
+      ? el("ul", { class: "nacks" }, r.nacks.map((n) =>
+        el("li", { class: "nack" }, n.node + " (" + n.type_url.split(".").pop() + ", " + n.replica + "): " + n.error)))
+      : null);
+}
+
+// A `rollout` event: that revision's box is read again, at most every 300 ms.
+function rolloutMoved(revision) {
+  if (rolloutTimers.has(revision)) return;
+  rolloutTimers.set(revision, setTimeout(() => { rolloutTimers.delete(revision); loadRollout(revision); }, 300));
 }
 
 const openDiffs = new Set();
@@ -392,6 +431,7 @@ function revisionNode(r) {
         ? el("button", { class: "all-changes", type: "button", onclick: (e) => allChanges(r.revision, e.target.parentNode) },
           "and " + (r.change_count - r.changes.length) + " more")
         : null),
+    el("div", { class: "rollout", id: "rollout-" + r.revision }),
     details);
   if (openDiffs.has(r.revision)) loadDiff(r.revision, details);
   return node;
@@ -527,6 +567,10 @@ function onEvent(name, data) {
     case "nack":
       logEvent("NACK " + (body.node_id || "#" + body.stream_id) + " " + body.type_url.split(".").pop() + ": " + body.message, "nack");
       refreshSoon(["clients"]);
+      break;
+    case "rollout":
+      if (body.nacked) logEvent("revision " + body.revision + ": " + body.nacked + " stream(s) refused it", "nack");
+      rolloutMoved(body.revision);
       break;
     case "lagged":
       logEvent(body.missed + " client events missed (the console fell behind)");

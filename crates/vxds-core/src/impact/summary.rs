@@ -47,6 +47,13 @@ pub struct ClientSummary {
     pub streams: u64,
     /// Sorted by type, subscription and parameters.
     pub entries: Vec<SummaryEntry>,
+    /// The replica's rollout records of recent revisions (`crate::rollout`); not merged.
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub rollouts: Vec<crate::rollout::RolloutRecord>,
+    /// The newest revision the replica's streams have been told of: a revision after it is
+    /// still to come there; one at or before it without a record concerned none of its streams.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub rollout_head: Option<u64>,
 }
 
 /// A set of at most [`SAMPLE_NODES`] node ids, the smallest seen.
@@ -126,6 +133,8 @@ impl SummaryBuilder {
                     },
                 )
                 .collect(),
+            rollouts: Vec::new(),
+            rollout_head: None,
         }
     }
 }

@@ -16,6 +16,7 @@ async fn connects_answers_and_leaves_are_broadcast(db: TestDb) {
         .await;
     let registry = server.xds.registry();
     let mut events = registry.events.subscribe();
+    let mut rollouts = registry.events.subscribe();
     // A reader that never reads: the channel drops its oldest events for it, and streams go on.
     let _stalled = registry.events.subscribe();
 
@@ -49,7 +50,7 @@ async fn connects_answers_and_leaves_are_broadcast(db: TestDb) {
     );
     assert_eq!(ack.message, None);
 
-    server
+    let revision = server
         .apply(json!([put_route("web", &[("*", "v1")])]))
         .await;
     let update = stream.next().await;
@@ -79,6 +80,16 @@ async fn connects_answers_and_leaves_are_broadcast(db: TestDb) {
     );
     assert_eq!(nack.version, update.version_info);
     assert_eq!(nack.nonce, update.nonce);
+    // The revision's rollout moved with it: the one stream it changed refused it.
+    loop {
+        if let ClientEvent::Rollout(progress) = &*any_event(&mut rollouts).await
+            && progress.revision == revision
+            && progress.nacked == 1
+        {
+            assert_eq!((progress.streams, progress.pending), (1, 0));
+            break;
+        }
+    }
 
     drop(stream);
     let ClientEvent::ClientDisconnected(gone) = &*next_event(&mut events).await else {
@@ -90,7 +101,17 @@ async fn connects_answers_and_leaves_are_broadcast(db: TestDb) {
     );
 }
 
+/// The next event but rollout progress (see `rollout_events`).
 async fn next_event(events: &mut broadcast::Receiver<Arc<ClientEvent>>) -> Arc<ClientEvent> {
+    loop {
+        let event = any_event(events).await;
+        if !matches!(&*event, ClientEvent::Rollout(_)) {
+            return event;
+        }
+    }
+}
+
+async fn any_event(events: &mut broadcast::Receiver<Arc<ClientEvent>>) -> Arc<ClientEvent> {
     tokio::time::timeout(WAIT, events.recv())
         .await
         .expect("an event in time")

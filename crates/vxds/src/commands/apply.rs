@@ -32,6 +32,15 @@ pub struct ApplyArgs {
     /// Recorded with the revision.
     #[arg(short, long)]
     message: Option<String>,
+    /// After committing, wait up to this long for every client stream the revision changed to
+    /// accept it: exit 0 when all did, 1 when a client refused it (naming the node and its
+    /// error), 2 on a timeout (see `vxds rollout status`).
+    #[arg(long, value_parser = humantime::parse_duration)]
+    wait: Option<std::time::Duration>,
+    /// With `--wait`: when a client refuses the revision, restore the state before it as a
+    /// new revision (unless someone committed since), wait for that, and exit 1.
+    #[arg(long, requires = "wait")]
+    revert_on_nack: bool,
 }
 
 /// How often a prune is retried when the store moves between listing and applying.
@@ -70,16 +79,26 @@ async fn apply(
             }
             changeset.expected_revision = Some(head);
         }
+        let mut path = "/v1/changesets".to_owned();
+        if let Some(wait) = args.wait.filter(|_| !args.dry_run) {
+            path.push_str(&format!("?wait={}ms", wait.as_millis().max(1)));
+            if args.revert_on_nack {
+                path.push_str("&revert_on_nack=true");
+            }
+        }
         let reply = target
             .call(
                 Method::POST,
-                "/v1/changesets",
+                &path,
                 Some(&serde_json::to_value(&changeset)?),
             )
             .await?;
         match reply.status {
             200 => {
                 print_result(&reply.body, fixtures);
+                if reply.body["rollout"].is_object() {
+                    return Ok(super::rollout::report_outcome(&reply.body["rollout"]));
+                }
                 return Ok(ExitCode::SUCCESS);
             }
             409 if scope.is_some() && attempt < PRUNE_ATTEMPTS => continue,

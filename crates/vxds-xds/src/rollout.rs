@@ -1,0 +1,559 @@
+//! Rollout tracking: for each recent revision, which of this replica's streams it changed,
+//! and which of them accepted or refused it.
+//!
+//! The data model, per stream ([`StreamRollout`], owned by the stream's task beside its
+//! machine): per type, the revision of the snapshot the last response was computed from
+//! (*sent*), the revision of the last response the client ACKed (*accepted*), and the last it
+//! NACKed; and the recent revisions that changed something the stream resolves (*concerns*),
+//! each with the types it changed, until the stream has accepted all of them at that
+//! revision or later (acked) — or refused one (nacked; acked after all if a later revision
+//! is accepted).
+//!
+//! A revision concerns a stream when the dispatcher marked the stream for it (a subscription
+//! of the stream names a changed resource) *and* the stream, computing from a snapshot at that
+//! revision or later, had something to send: a revision that changes nothing the stream
+//! resolves (another variant, say) does not concern it. Marks coalesce while a stream is busy:
+//! revisions seen in one computation all concern it, with the types that computation sent.
+//!
+//! Per replica ([`Rollouts`]): a [`RolloutRecord`] of counts per revision, for the last
+//! [`ROLLOUT_WINDOW`] revisions; older revisions are forgotten. A stream follows at most
+//! [`MAX_CONCERNS`] open revisions; beyond, the oldest is counted `gone`. Memory: a record is a
+//! few hundred bytes plus up to [`vxds_core::rollout::MAX_NACKS`] NACK texts; a stream's part
+//! is a few words per type and per open revision.
+
+use std::collections::{BTreeMap, VecDeque};
+use std::sync::{Arc, Mutex};
+use std::time::{SystemTime, UNIX_EPOCH};
+
+use tokio::sync::Notify;
+use vxds_core::rollout::{MAX_NACKS, RolloutNack, RolloutRecord};
+
+use crate::events::RolloutProgress;
+
+/// Revisions whose rollout each replica remembers.
+pub const ROLLOUT_WINDOW: usize = 1024;
+/// Open revisions one stream follows.
+pub const MAX_CONCERNS: usize = 64;
+/// Revisions a replica publishes with its client summary (the newest).
+pub const PUBLISHED_WINDOW: usize = 64;
+
+fn now_ms() -> i64 {
+    SystemTime::now()
+        .duration_since(UNIX_EPOCH)
+        .map(|d| d.as_millis() as i64)
+        .unwrap_or(0)
+}
+
+/// What commit → ACK times are reported to.
+pub type Observer = Arc<dyn Fn(f64) + Send + Sync>;
+
+/// This replica's rollout records, shared by the dispatcher, every stream and the admin API.
+#[derive(Default)]
+pub struct Rollouts {
+    /// Where `rollout` events go (`GET /v1/events`).
+    events: crate::events::ClientEvents,
+    records: Mutex<Records>,
+    /// Notified when a record changes: a stream answered, a revision was published.
+    pub changed: Notify,
+    /// Notified when a revision settles on this replica (nothing pending or undecided) or a
+    /// stream refuses one: the client summary is published early (debounced) so that other
+    /// replicas see it.
+    pub settled: Notify,
+    /// Observes commit → ACK, in seconds (the convergence histogram).
+    observer: Mutex<Option<Observer>>,
+}
+
+#[derive(Debug, Default)]
+struct Records {
+    by_revision: BTreeMap<u64, RolloutRecord>,
+    /// Revisions the index applied together with a later one (a burst while the dispatcher was
+    /// busy): they share that one's record, as the streams got them together.
+    with: BTreeMap<u64, u64>,
+}
+
+/// What the admin API can say of a revision from this replica's records.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub enum Known {
+    Record(Box<RolloutRecord>),
+    /// Older than the oldest record kept.
+    Forgotten {
+        oldest: u64,
+    },
+    /// Not dispatched here yet.
+    NotYet,
+}
+
+impl std::fmt::Debug for Rollouts {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("Rollouts")
+            .field("records", &self.records)
+            .finish_non_exhaustive()
+    }
+}
+
+impl Rollouts {
+    /// Records that announce their changes on `events`.
+    pub fn new(events: crate::events::ClientEvents) -> Self {
+        Self {
+            events,
+            ..Default::default()
+        }
+    }
+    /// Sets what every commit → ACK time is reported to (the metric).
+    pub fn observe_with(&self, observer: Observer) {
+        if let Ok(mut o) = self.observer.lock() {
+            *o = Some(observer);
+        }
+    }
+
+    fn update(&self, revision: u64, f: impl FnOnce(&mut RolloutRecord)) {
+        let (settled, progress) = {
+            let Ok(mut records) = self.records.lock() else {
+                return;
+            };
+            let Some(record) = records.by_revision.get_mut(&revision) else {
+                return;
+            };
+            let before = (record.nacked, open(record));
+            f(record);
+            let progress = self.events.is_watched().then_some(RolloutProgress {
+                revision,
+                streams: record.streams,
+                acked: record.acked,
+                nacked: record.nacked,
+                pending: record.pending,
+                gone: record.gone,
+                undecided: record.undecided,
+            });
+            (
+                (record.nacked > before.0) || (before.1 && !open(record)),
+                progress,
+            )
+        };
+        if let Some(progress) = progress {
+            self.events
+                .send(crate::events::ClientEvent::Rollout(progress));
+        }
+        self.changed.notify_waiters();
+        if settled {
+            self.settled.notify_one();
+        }
+    }
+
+    /// The dispatcher starts telling streams of `revision`, and of the revisions after
+    /// `previous` before it, which reach the streams together with it.
+    pub fn dispatching(&self, previous: u64, revision: u64, committed_at_ms: Option<i64>) {
+        if let Ok(mut records) = self.records.lock() {
+            let records = &mut *records;
+            records
+                .by_revision
+                .entry(revision)
+                .or_insert_with(|| RolloutRecord::new(revision, committed_at_ms));
+            let first = previous
+                .saturating_add(1)
+                .max(revision.saturating_sub(ROLLOUT_WINDOW as u64));
+            for earlier in first..revision {
+                records.with.insert(earlier, revision);
+            }
+            while records.by_revision.len() > ROLLOUT_WINDOW {
+                records.by_revision.pop_first();
+            }
+            if let Some((&oldest, _)) = records.by_revision.first_key_value() {
+                records.with.retain(|_, target| *target >= oldest);
+            }
+        }
+    }
+
+    /// Every stream `revision` concerns has been told.
+    pub fn published(&self, revision: u64) {
+        self.update(revision, |r| r.published = true);
+    }
+
+    /// A stream was told of `revision`; it is undecided until it computes.
+    pub fn marked(&self, revision: u64) {
+        self.update(revision, |r| r.undecided += 1);
+    }
+
+    fn decided(&self, revision: u64, concerned: bool) {
+        self.update(revision, |r| {
+            r.undecided = r.undecided.saturating_sub(1);
+            if concerned {
+                r.streams += 1;
+                r.pending += 1;
+            }
+        });
+    }
+
+    /// A stream told of these revisions left before computing.
+    pub fn undecided_gone(&self, revisions: &[u64]) {
+        for &revision in revisions {
+            self.decided(revision, false);
+        }
+    }
+
+    fn acked(&self, revision: u64, stream_id: u64, was_nacked: bool) {
+        let mut latency = None;
+        self.update(revision, |r| {
+            if was_nacked {
+                r.nacked = r.nacked.saturating_sub(1);
+                r.nacks.retain(|n| n.stream_id != stream_id);
+            } else {
+                r.pending = r.pending.saturating_sub(1);
+            }
+            r.acked += 1;
+            if let Some(committed) = r.committed_at_ms {
+                let ms = (now_ms() - committed).max(0) as u64;
+                r.ack_times.record(ms);
+                latency = Some(ms);
+            }
+        });
+        if let Some(ms) = latency
+            && let Ok(observer) = self.observer.lock()
+            && let Some(observe) = observer.as_ref()
+        {
+            observe(ms as f64 / 1000.0);
+        }
+    }
+
+    fn nacked(&self, revision: u64, nack: RolloutNack, first: bool) {
+        self.update(revision, |r| {
+            if first {
+                r.pending = r.pending.saturating_sub(1);
+                r.nacked += 1;
+            }
+            if r.nacks.len() < MAX_NACKS {
+                r.nacks.push(nack);
+            }
+        });
+    }
+
+    fn gone(&self, revision: u64, was_nacked: bool) {
+        if was_nacked {
+            return;
+        }
+        self.update(revision, |r| {
+            r.pending = r.pending.saturating_sub(1);
+            r.gone += 1;
+        });
+    }
+
+    /// What this replica knows of `revision`.
+    pub fn get(&self, revision: u64) -> Known {
+        let Ok(records) = self.records.lock() else {
+            return Known::NotYet;
+        };
+        if let Some(record) = records.by_revision.get(&revision) {
+            return Known::Record(Box::new(record.clone()));
+        }
+        if let Some(record) = records
+            .with
+            .get(&revision)
+            .and_then(|t| records.by_revision.get(t))
+        {
+            let mut record = record.clone();
+            record.revision = revision;
+            return Known::Record(Box::new(record));
+        }
+        match records.by_revision.first_key_value() {
+            Some((&oldest, _)) if revision < oldest => Known::Forgotten { oldest },
+            _ => Known::NotYet,
+        }
+    }
+
+    /// The newest revision dispatched here.
+    pub fn head(&self) -> Option<u64> {
+        let records = self.records.lock().ok()?;
+        records.by_revision.last_key_value().map(|(&k, _)| k)
+    }
+
+    /// The newest records, for the client summary.
+    pub fn recent(&self, replica: &str) -> Vec<RolloutRecord> {
+        let Ok(records) = self.records.lock() else {
+            return Vec::new();
+        };
+        records
+            .by_revision
+            .values()
+            .rev()
+            .take(PUBLISHED_WINDOW)
+            .filter(|r| r.streams > 0 || open(r))
+            .map(|r| r.published_copy(replica))
+            .collect()
+    }
+}
+
+fn open(r: &RolloutRecord) -> bool {
+    !r.published || r.undecided > 0 || r.pending > 0
+}
+
+#[derive(Debug)]
+struct TypeRollout {
+    type_url: String,
+    /// The revision the last response was computed from.
+    sent: u64,
+    /// The revision of the last response the client accepted.
+    accepted: u64,
+}
+
+#[derive(Debug)]
+struct Concern {
+    revision: u64,
+    /// Indexes into `StreamRollout::types`.
+    types: Vec<usize>,
+    nacked: bool,
+}
+
+/// One stream's part (see the module's documentation). Dropping it (the stream ended) counts
+/// its open revisions as gone.
+#[derive(Debug)]
+pub struct StreamRollout {
+    rollouts: Arc<Rollouts>,
+    stream_id: u64,
+    types: Vec<TypeRollout>,
+    concerns: VecDeque<Concern>,
+}
+
+impl Drop for StreamRollout {
+    fn drop(&mut self) {
+        for c in std::mem::take(&mut self.concerns) {
+            self.rollouts.gone(c.revision, c.nacked);
+        }
+    }
+}
+
+impl StreamRollout {
+    pub fn new(rollouts: Arc<Rollouts>, stream_id: u64) -> Self {
+        Self {
+            rollouts,
+            stream_id,
+            types: Vec::new(),
+            concerns: VecDeque::new(),
+        }
+    }
+
+    fn type_index(&mut self, type_url: &str) -> usize {
+        if let Some(i) = self.types.iter().position(|t| t.type_url == type_url) {
+            return i;
+        }
+        self.types.push(TypeRollout {
+            type_url: type_url.to_owned(),
+            sent: 0,
+            accepted: 0,
+        });
+        self.types.len() - 1
+    }
+
+    /// The revision of what the client accepted of `type_url`, and of what was sent since and
+    /// is still unanswered (or refused).
+    pub fn versions(&self, type_url: &str) -> Option<(u64, u64)> {
+        self.types
+            .iter()
+            .find(|t| t.type_url == type_url)
+            .map(|t| (t.accepted, t.sent))
+    }
+
+    /// The stream computed from the snapshot at `revision`, told of the revisions `marked`
+    /// since its last computation, and sent responses of `sent_types` (heartbeats excepted).
+    pub fn computed<'a>(
+        &mut self,
+        revision: u64,
+        marked: &[u64],
+        sent_types: impl IntoIterator<Item = &'a str>,
+    ) {
+        let mut types: Vec<usize> = sent_types.into_iter().map(|t| self.type_index(t)).collect();
+        types.sort_unstable();
+        types.dedup();
+        for &i in &types {
+            self.types[i].sent = revision;
+        }
+        for &m in marked {
+            let concerned = !types.is_empty();
+            self.rollouts.decided(m, concerned);
+            if !concerned {
+                continue;
+            }
+            if self.concerns.len() >= MAX_CONCERNS
+                && let Some(oldest) = self.concerns.pop_front()
+            {
+                self.rollouts.gone(oldest.revision, oldest.nacked);
+            }
+            self.concerns.push_back(Concern {
+                revision: m,
+                types: types.clone(),
+                nacked: false,
+            });
+        }
+    }
+
+    /// The client accepted the last response of `type_url`.
+    pub fn acked(&mut self, type_url: &str) {
+        let i = self.type_index(type_url);
+        let t = &mut self.types[i];
+        t.accepted = t.accepted.max(t.sent);
+        let types = &self.types;
+        let rollouts = &self.rollouts;
+        let stream_id = self.stream_id;
+        self.concerns.retain(|c| {
+            let done = c.types.iter().all(|&i| types[i].accepted >= c.revision);
+            if done {
+                rollouts.acked(c.revision, stream_id, c.nacked);
+            }
+            !done
+        });
+    }
+
+    /// The client refused the last response of `type_url`, saying `error`.
+    pub fn nacked(&mut self, type_url: &str, node: &str, error: &str) {
+        let i = self.type_index(type_url);
+        let t = &self.types[i];
+        let (sent, accepted) = (t.sent, t.accepted);
+        for c in &mut self.concerns {
+            if c.revision <= sent && accepted < c.revision && c.types.contains(&i) {
+                let first = !c.nacked;
+                c.nacked = true;
+                self.rollouts.nacked(
+                    c.revision,
+                    RolloutNack {
+                        node: node.to_owned(),
+                        type_url: type_url.to_owned(),
+                        error: error.to_owned(),
+                        replica: String::new(),
+                        stream_id: self.stream_id,
+                    },
+                    first,
+                );
+            }
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    const LDS: &str = "type.googleapis.com/envoy.config.listener.v3.Listener";
+    const CDS: &str = "type.googleapis.com/envoy.config.cluster.v3.Cluster";
+
+    fn record(r: &Rollouts, revision: u64) -> RolloutRecord {
+        match r.get(revision) {
+            Known::Record(r) => *r,
+            other => panic!("{other:?}"),
+        }
+    }
+
+    fn counts(r: &RolloutRecord) -> (u64, u64, u64, u64, u64, u64) {
+        (r.undecided, r.streams, r.acked, r.nacked, r.pending, r.gone)
+    }
+
+    /// Revision `n` dispatched to `streams`, published.
+    fn dispatch(r: &Rollouts, n: u64, streams: usize) {
+        r.dispatching(n - 1, n, Some(now_ms()));
+        for _ in 0..streams {
+            r.marked(n);
+        }
+        r.published(n);
+    }
+
+    #[test]
+    fn a_revision_counts_the_streams_it_changed_and_their_answers() {
+        let r = Arc::new(Rollouts::default());
+        let mut a = StreamRollout::new(r.clone(), 1);
+        let mut b = StreamRollout::new(r.clone(), 2);
+        let mut c = StreamRollout::new(r.clone(), 3);
+        dispatch(&r, 5, 3);
+        assert_eq!(counts(&record(&r, 5)), (3, 0, 0, 0, 0, 0));
+        a.computed(5, &[5], [LDS, CDS]);
+        b.computed(5, &[5], [LDS]);
+        // Marked, but nothing it resolves changed: not concerned.
+        c.computed(5, &[5], []);
+        assert_eq!(counts(&record(&r, 5)), (0, 2, 0, 0, 2, 0));
+        // Half of a's types accepted: still pending.
+        a.acked(LDS);
+        assert_eq!(record(&r, 5).pending, 2);
+        a.acked(CDS);
+        b.nacked(LDS, "node-b", "cannot bind");
+        let rec = record(&r, 5);
+        assert_eq!(counts(&rec), (0, 2, 1, 1, 0, 0));
+        assert_eq!(rec.nacks.len(), 1);
+        assert_eq!(rec.nacks[0].node, "node-b");
+        assert_eq!(rec.nacks[0].error, "cannot bind");
+        assert_eq!(rec.ack_times.count(), 1);
+        assert_eq!(a.versions(CDS), Some((5, 5)));
+        assert_eq!(b.versions(LDS), Some((0, 5)));
+
+        // A later revision fixes it: b accepts 6, and so counts as having accepted 5.
+        dispatch(&r, 6, 1);
+        b.computed(6, &[6], [LDS]);
+        assert_eq!(record(&r, 6).pending, 1);
+        b.acked(LDS);
+        assert_eq!(counts(&record(&r, 6)), (0, 1, 1, 0, 0, 0));
+        let rec = record(&r, 5);
+        assert_eq!(counts(&rec), (0, 2, 2, 0, 0, 0));
+        assert!(rec.nacks.is_empty());
+    }
+
+    #[test]
+    fn coalesced_revisions_all_concern_the_stream_and_leaving_counts_as_gone() {
+        let r = Arc::new(Rollouts::default());
+        let mut a = StreamRollout::new(r.clone(), 1);
+        dispatch(&r, 1, 1);
+        dispatch(&r, 2, 1);
+        a.computed(2, &[1, 2], [CDS]);
+        assert_eq!(record(&r, 1).pending, 1);
+        assert_eq!(record(&r, 2).pending, 1);
+        a.acked(CDS);
+        assert_eq!(record(&r, 1).acked, 1);
+        dispatch(&r, 3, 1);
+        a.computed(3, &[3], [CDS]);
+        drop(a);
+        assert_eq!(counts(&record(&r, 3)), (0, 1, 0, 0, 0, 1));
+        // Told, left before computing.
+        dispatch(&r, 4, 1);
+        r.undecided_gone(&[4]);
+        assert_eq!(counts(&record(&r, 4)), (0, 0, 0, 0, 0, 0));
+        // Revisions 5 to 7 reach the streams together: 5 and 6 share 7's record.
+        r.dispatching(4, 7, Some(now_ms()));
+        r.marked(7);
+        r.published(7);
+        let mut b = StreamRollout::new(r.clone(), 2);
+        b.computed(7, &[7], [CDS]);
+        b.acked(CDS);
+        let five = record(&r, 5);
+        assert_eq!((five.revision, five.streams, five.acked), (5, 1, 1));
+    }
+
+    #[test]
+    fn a_refusal_of_an_older_response_type_does_not_touch_other_types() {
+        let r = Arc::new(Rollouts::default());
+        let mut a = StreamRollout::new(r.clone(), 1);
+        dispatch(&r, 1, 1);
+        a.computed(1, &[1], [CDS]);
+        a.acked(CDS);
+        dispatch(&r, 2, 1);
+        a.computed(2, &[2], [LDS]);
+        // A NACK of CDS (an unrelated, older response) is no refusal of revision 2.
+        a.nacked(CDS, "n", "x");
+        assert_eq!(record(&r, 2).nacked, 0);
+        a.nacked(LDS, "n", "y");
+        assert_eq!(record(&r, 2).nacked, 1);
+        // Refused twice (another type): counted once.
+        assert_eq!(record(&r, 2).pending, 0);
+    }
+
+    #[test]
+    fn memory_is_bounded() {
+        let r = Arc::new(Rollouts::default());
+        let mut a = StreamRollout::new(r.clone(), 1);
+        for n in 1..=(ROLLOUT_WINDOW as u64 + 10) {
+            dispatch(&r, n, 1);
+            a.computed(n, &[n], [CDS]);
+        }
+        assert!(a.concerns.len() <= MAX_CONCERNS);
+        assert_eq!(r.get(1), Known::Forgotten { oldest: 11 });
+        assert_eq!(r.get(5000), Known::NotYet);
+        // The oldest followed revisions were given up, counted as gone.
+        let oldest_followed = ROLLOUT_WINDOW as u64 + 10 - MAX_CONCERNS as u64;
+        assert_eq!(record(&r, oldest_followed).gone, 1);
+        assert_eq!(r.recent("r").len(), PUBLISHED_WINDOW);
+    }
+}
