@@ -71,12 +71,9 @@ async fn apply(
             changeset.expected_revision = Some(head);
         }
         let reply = target
-            .call(
-                Method::POST,
-                "/v1/changesets",
-                Some(&serde_json::to_value(&changeset)?),
-            )
+            .send(Method::POST, "/v1/changesets", &changeset)
             .await?;
+        drop(changeset);
         match reply.status {
             200 => {
                 print_result(&reply.body, fixtures);
