@@ -6,6 +6,7 @@
 //! saying so. Cross-origin pages can send that type without a preflight, but writes from
 //! other origins are refused before this ([`crate::origin`]).
 
+pub mod changeset;
 mod yaml;
 
 use std::sync::Arc;
@@ -42,6 +43,12 @@ pub const FORM_JSON_WARNING: &str = "299 - \"the body was read as JSON although 
 /// Set by [`Payload`] when it read a form-typed body as JSON; [`warn_form_json`] answers it.
 #[derive(Clone, Debug, Default)]
 struct ReadFormAsJson(Arc<AtomicBool>);
+
+impl ReadFormAsJson {
+    fn mark(&self) {
+        self.0.store(true, Ordering::Relaxed);
+    }
+}
 
 /// Middleware: adds the `Warning` header to the answer to a form-typed JSON body.
 pub async fn warn_form_json(mut request: Request, next: Next) -> Response {
@@ -80,48 +87,61 @@ fn format_of(content_type: Option<&str>) -> Result<Format, ApiError> {
     }
 }
 
+/// The request's `Content-Type`, if it has one; 415 if it is not ASCII.
+fn content_type(request: &Request) -> Result<Option<String>, ApiError> {
+    match request.headers().get(header::CONTENT_TYPE) {
+        None => Ok(None),
+        Some(v) => v.to_str().map(|v| Some(v.to_owned())).map_err(|_| {
+            ApiError::UnsupportedMediaType(
+                "the `Content-Type` header is not ASCII; send application/json or application/yaml"
+                    .into(),
+            )
+        }),
+    }
+}
+
+/// The body size the request declares (`Content-Length`).
+fn declared_length(request: &Request) -> Option<usize> {
+    request
+        .headers()
+        .get(header::CONTENT_LENGTH)
+        .and_then(|v| v.to_str().ok())
+        .and_then(|v| v.parse::<usize>().ok())
+}
+
+/// The whole body, refused (413) as soon as it crosses `limit`.
+async fn collect(request: Request, limit: usize) -> Result<Bytes, ApiError> {
+    axum::body::to_bytes(request.into_body(), limit)
+        .await
+        .map_err(|e| {
+            if is_length_limit(&e) {
+                ApiError::PayloadTooLarge { limit }
+            } else {
+                ApiError::BadRequest {
+                    detail: format!("reading the request body failed: {e}"),
+                    errors: vec![],
+                }
+            }
+        })
+}
+
 impl<T: DeserializeOwned> FromRequest<AdminState> for Payload<T> {
     type Rejection = ApiError;
 
     async fn from_request(request: Request, state: &AdminState) -> Result<Self, Self::Rejection> {
-        let content_type = match request.headers().get(header::CONTENT_TYPE) {
-            None => None,
-            Some(v) => Some(v.to_str().map_err(|_| {
-                ApiError::UnsupportedMediaType(
-                    "the `Content-Type` header is not ASCII; send application/json or application/yaml"
-                        .into(),
-                )
-            })?),
-        };
-        let format = format_of(content_type)?;
-        let content_type = content_type.map(str::to_owned);
+        let content_type = content_type(&request)?;
+        let format = format_of(content_type.as_deref())?;
         let marker = request.extensions().get::<ReadFormAsJson>().cloned();
         let limit = state.body_limit;
-        let declared = request
-            .headers()
-            .get(header::CONTENT_LENGTH)
-            .and_then(|v| v.to_str().ok())
-            .and_then(|v| v.parse::<usize>().ok());
-        if declared.is_some_and(|n| n > limit) {
+        if declared_length(&request).is_some_and(|n| n > limit) {
             return Err(ApiError::PayloadTooLarge { limit });
         }
-        let bytes = axum::body::to_bytes(request.into_body(), limit)
-            .await
-            .map_err(|e| {
-                if is_length_limit(&e) {
-                    ApiError::PayloadTooLarge { limit }
-                } else {
-                    ApiError::BadRequest {
-                        detail: format!("reading the request body failed: {e}"),
-                        errors: vec![],
-                    }
-                }
-            })?;
+        let bytes = collect(request, limit).await?;
         if format == Format::Form
             && holds_json(&bytes)
             && let Some(marker) = marker
         {
-            marker.0.store(true, Ordering::Relaxed);
+            marker.mark();
         }
         read_body(content_type.as_deref(), bytes).map(Payload)
     }
@@ -172,10 +192,7 @@ fn holds_json(bytes: &[u8]) -> bool {
 /// `T` from JSON text: a syntax error is a 400 `invalid_json`, a mismatch a 400 naming the
 /// field.
 pub fn parse_json<T: DeserializeOwned>(bytes: &[u8]) -> Result<T, ApiError> {
-    let invalid = |e: serde_json::Error| ApiError::BadRequest {
-        detail: format!("the body is not valid JSON: {e}"),
-        errors: vec![ProblemItem::new("", "invalid_json", e.to_string())],
-    };
+    let invalid = invalid_json;
     let mut json = serde_json::Deserializer::from_slice(bytes);
     let value = serde_path_to_error::deserialize(&mut json).map_err(|e| {
         if e.inner().is_data() {
@@ -186,6 +203,14 @@ pub fn parse_json<T: DeserializeOwned>(bytes: &[u8]) -> Result<T, ApiError> {
     })?;
     json.end().map_err(invalid)?;
     Ok(value)
+}
+
+/// A 400 `invalid_json`, for JSON that is not well-formed.
+fn invalid_json(e: serde_json::Error) -> ApiError {
+    ApiError::BadRequest {
+        detail: format!("the body is not valid JSON: {e}"),
+        errors: vec![ProblemItem::new("", "invalid_json", e.to_string())],
+    }
 }
 
 /// `T` from a JSON value; a mismatch is a 400 naming the field.

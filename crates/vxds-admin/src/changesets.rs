@@ -1,13 +1,12 @@
 //! `POST /v1/changesets`: any number of puts and deletes, all or nothing, as one revision.
 
-use axum::extract::State;
+use axum::extract::{FromRequest, Request, State};
 use axum::{Extension, Json};
-use vxds_envoy::changeset::ChangesetRequest;
+use vxds_envoy::changeset::{ChangesetRequest, Checked};
 use vxds_store::{Applied, ApplyError};
 
 use crate::AdminState;
 use crate::auth::Caller;
-use crate::body::Payload;
 use crate::problem::{ApiError, ProblemBody, WriteProblems};
 use crate::query::Query;
 use crate::repr::WriteResult;
@@ -21,6 +20,20 @@ pub async fn apply(
 ) -> Result<Applied, ApiError> {
     let result = state.store.apply(request, author).await;
     record(state, result, strip)
+}
+
+/// A changeset body, checked by the stateless rules while it was read
+/// ([`crate::body::changeset`]), within the changeset body limit.
+pub struct CheckedBody(pub Checked);
+
+impl FromRequest<AdminState> for CheckedBody {
+    type Rejection = ApiError;
+
+    async fn from_request(request: Request, state: &AdminState) -> Result<Self, ApiError> {
+        crate::body::changeset::checked(request, state)
+            .await
+            .map(CheckedBody)
+    }
 }
 
 /// Counts the outcome of an apply and maps its error.
@@ -42,6 +55,11 @@ pub fn record(
 }
 
 /// Apply a changeset: puts and deletes, all or nothing, as one revision.
+///
+/// A JSON body is validated while it arrives, one operation at a time, and never held whole.
+/// Its limit is the server's `--admin-changeset-body-limit` (256 MiB by default; 413 beyond),
+/// larger than other bodies', and it holds at most `--max-changeset-operations` operations
+/// (1,000,000 by default; 422 `too_many_operations` beyond).
 ///
 /// With `?wait=30s`, the answer comes once every client stream the revision changed accepted
 /// it, or one refused it, or the wait ended (`rollout`). With `&revert_on_nack=true` as well, a
@@ -69,7 +87,7 @@ pub async fn post(
     State(state): State<AdminState>,
     caller: Option<Extension<Caller>>,
     Query(wait): Query<crate::rollout::WaitParams>,
-    Payload(request): Payload<ChangesetRequest>,
+    CheckedBody(checked): CheckedBody,
 ) -> Result<Json<WriteResult>, ApiError> {
     let author = caller.and_then(|Extension(c)| c.name);
     let waiting = wait.wait()?;
@@ -80,7 +98,8 @@ pub async fn post(
             "`revert_on_nack` needs `wait`: a refusal is only seen while waiting",
         ));
     }
-    let applied = apply(&state, request, author.clone(), None).await?;
+    let result = state.store.apply_checked(checked, author.clone()).await;
+    let applied = record(&state, result, None)?;
     let committed = !applied.dry_run && !applied.changes.is_empty();
     let revision = applied.revision;
     let mut result = crate::impact::write_result(&state, applied).await?;

@@ -58,6 +58,9 @@ pub struct AdminState {
     pub registry: Arc<Registry>,
     /// Largest request body, in bytes.
     pub body_limit: usize,
+    /// Largest changeset body (`POST /v1/changesets`), in bytes: what a store's export is sent
+    /// back as.
+    pub changeset_body_limit: usize,
     /// The xDS server's streams, when one runs in this process.
     pub clients: Option<Arc<vxds_xds::Registry>>,
     /// The `Host` names and `Origin`s requests may come with.
@@ -78,6 +81,11 @@ pub struct AdminState {
 /// Default request body limit: 16 MiB.
 pub const DEFAULT_BODY_LIMIT: usize = 16 << 20;
 
+/// Default changeset body limit: 256 MiB, the JSON of 100,000 resources of 2.5 KiB each (an
+/// export of 100,000 clusters of four variants is 130 MB). The body is validated as it arrives and never held whole, so a write costs about
+/// its validated form (see `docs/benchmarks.md`).
+pub const DEFAULT_CHANGESET_BODY_LIMIT: usize = 256 << 20;
+
 impl AdminState {
     pub fn new(
         store: Store,
@@ -95,6 +103,7 @@ impl AdminState {
             metrics,
             registry,
             body_limit,
+            changeset_body_limit: DEFAULT_CHANGESET_BODY_LIMIT.max(body_limit),
             clients: None,
             replica_id: None,
             origins: Arc::new(OriginPolicy::default()),
@@ -121,6 +130,12 @@ impl AdminState {
     /// Whether the server is shutting down.
     pub fn is_draining(&self) -> bool {
         self.draining.as_ref().is_some_and(|d| *d.borrow())
+    }
+
+    /// Changeset bodies up to `limit` bytes (default [`DEFAULT_CHANGESET_BODY_LIMIT`]).
+    pub fn with_changeset_body_limit(mut self, limit: usize) -> Self {
+        self.changeset_body_limit = limit;
+        self
     }
 
     /// The identity template the xDS server applies, so that `/v1/resolve` can too.

@@ -155,6 +155,13 @@ pub struct DetailParams {
     /// Include each variant's body before and after (default false: constraints and versions
     /// only).
     bodies: Option<bool>,
+    /// Changed resources after this many (default 0: from the first); `next_after` of the page
+    /// before.
+    #[param(minimum = 0)]
+    after: Option<u64>,
+    /// At most this many changed resources, 1 to 1000 (default 100).
+    #[param(minimum = 1, maximum = 1000)]
+    limit: Option<u32>,
 }
 
 pub(crate) fn revision_number(path: &PathParams) -> Result<u64, ApiError> {
@@ -171,7 +178,8 @@ pub(crate) fn revision_number(path: &PathParams) -> Result<u64, ApiError> {
         })
 }
 
-/// One revision: what it changed and, per resource, each variant before and after.
+/// One revision: what it changed and, per resource, each variant before and after, a page of
+/// changed resources at a time (`limit`, `after`; `change_count` says how many there are).
 #[utoipa::path(
     get,
     path = "/v1/revisions/{revision}",
@@ -182,8 +190,8 @@ pub(crate) fn revision_number(path: &PathParams) -> Result<u64, ApiError> {
         DetailParams,
     ),
     responses(
-        (status = 200, description = "The revision and the diff it made", body = RevisionDetail),
-        (status = 400, description = "Not a revision number", body = ProblemBody, content_type = "application/problem+json"),
+        (status = 200, description = "The revision and the diff it made to at most `limit` of its changed resources after the first `after`", body = RevisionDetail),
+        (status = 400, description = "Not a revision number, or a bad parameter", body = ProblemBody, content_type = "application/problem+json"),
         (status = 404, description = "No such revision", body = ProblemBody, content_type = "application/problem+json"),
         (status = 410, description = "The history retention pruned it (`history_pruned`; the detail names the oldest kept revision)", body = ProblemBody, content_type = "application/problem+json"),
         ReadProblems,
@@ -196,8 +204,18 @@ pub async fn get(
     Query(params): Query<DetailParams>,
 ) -> Result<Json<RevisionDetail>, ApiError> {
     let n = revision_number(&path)?;
-    match state.store.revision_diff(n).await? {
-        Some(found) => Ok(Json(diff::detail(&found, params.bodies.unwrap_or(false))?)),
+    let limit = crate::query::page_limit(params.limit, 100)?;
+    let after = usize::try_from(params.after.unwrap_or(0)).unwrap_or(usize::MAX);
+    match state
+        .store
+        .revision_diff_page(n, after, limit as usize)
+        .await?
+    {
+        Some(found) => Ok(Json(diff::detail(
+            &found,
+            after,
+            params.bodies.unwrap_or(false),
+        )?)),
         None => Err(ApiError::NotFound(format!("there is no revision {n}"))),
     }
 }

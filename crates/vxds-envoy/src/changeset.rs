@@ -300,6 +300,11 @@ pub struct ResourceKey {
     pub name: String,
 }
 
+/// The default [`ValidationConfig::max_operations`]: an export of a million resources applies
+/// as one changeset. What bounds a write's memory is the request body limit; this bounds the
+/// work a single revision may hold the writers' lock for.
+pub const DEFAULT_MAX_OPERATIONS: usize = 1_000_000;
+
 /// Rules that are configuration rather than protocol.
 #[derive(Clone, Debug, PartialEq, Eq)]
 pub struct ValidationConfig {
@@ -307,6 +312,8 @@ pub struct ValidationConfig {
     pub variant_limits: VariantLimits,
     /// xdstp authorities this server serves; empty allows any.
     pub authorities: Vec<String>,
+    /// Operations per changeset ([`DEFAULT_MAX_OPERATIONS`]). A restore is a changeset too: a
+    /// store with more resources than this cannot be restored to the empty state in one go.
     pub max_operations: usize,
     /// Parameter keys the xDS server takes from client certificates (the identity template's
     /// placeholders). A secret with a variant that constrains none of them reaches any client
@@ -320,7 +327,7 @@ impl Default for ValidationConfig {
             limits: Limits::DEFAULT,
             variant_limits: VariantLimits::DEFAULT,
             authorities: Vec::new(),
-            max_operations: 10_000,
+            max_operations: DEFAULT_MAX_OPERATIONS,
             trusted_keys: Vec::new(),
         }
     }
@@ -476,63 +483,136 @@ impl Checked {
 /// Runs every stateless rule on `request`, keeping what passed. Each operation's request is
 /// dropped once it is validated, so the request and its validated form are not both held whole.
 pub fn check(request: ChangesetRequest, config: &ValidationConfig) -> Checked {
-    let mut v = Validator {
-        config,
-        errors: Vec::new(),
-        warnings: Vec::new(),
-    };
-    let ops_at = Pointer::root().push("operations");
-    let mut operations = Vec::with_capacity(request.operations.len().min(config.max_operations));
-    if request.operations.len() > config.max_operations {
-        v.errors.push(Problem::new(
-            ops_at,
-            "too_many_operations",
-            format!(
-                "{} operations exceed the limit of {} per changeset",
-                request.operations.len(),
-                config.max_operations
-            ),
-        ));
-    } else {
-        // Duplicates are found by key alone, so that one is reported even when the other
-        // operation has problems of its own.
-        let mut first_for_key: HashMap<ResourceKey, usize> = HashMap::new();
-        for (i, op) in request.operations.into_iter().enumerate() {
-            let at = ops_at.push(i);
-            if let Some(key) = key_of(&op, config) {
-                if let Some(&first) = first_for_key.get(&key) {
-                    v.errors.push(
-                        Problem::new(
-                            at,
-                            "duplicate_operation",
-                            format!(
-                                "operation {i} repeats the resource of operation {first}; one \
-                                 operation per resource"
-                            ),
-                        )
-                        .at(i, None),
-                    );
-                    continue;
-                }
-                first_for_key.insert(key, i);
-            }
-            let validated = match &op {
-                OperationRequest::Put(put) => v.put(i, put, &at),
-                OperationRequest::Delete(delete) => v.delete(i, delete, &at),
-            };
-            operations.extend(validated);
-        }
+    let mut checker = Checker::new(config);
+    for op in request.operations {
+        checker.push(op);
     }
-    let changeset = ValidatedChangeset {
+    checker.finish(ChangesetHeader {
         expected_revision: request.expected_revision,
         dry_run: request.dry_run,
         message: request.message,
-        operations,
-    };
-    Checked {
-        changeset,
-        errors: v.errors,
-        warnings: v.warnings,
+    })
+}
+
+/// A changeset's fields other than its operations.
+#[derive(Clone, Debug, Default)]
+pub struct ChangesetHeader {
+    pub expected_revision: Option<u64>,
+    pub dry_run: bool,
+    pub message: Option<String>,
+}
+
+/// [`check`] one operation at a time, as they are read: a request body is validated while it is
+/// decoded, so that only the validated form of a large changeset (its bodies encoded once) is
+/// ever held whole, never the request.
+pub struct Checker<'a> {
+    validator: Validator<'a>,
+    operations: Vec<ValidatedOperation>,
+    /// Duplicates are found by key alone, so that one is reported even when the other
+    /// operation has problems of its own.
+    first_for_key: HashMap<ResourceKey, usize>,
+    /// Operations pushed, counted past the limit too.
+    count: usize,
+}
+
+impl std::fmt::Debug for Checker<'_> {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("Checker")
+            .field("operations", &self.operations.len())
+            .field("errors", &self.validator.errors.len())
+            .field("count", &self.count)
+            .finish()
+    }
+}
+
+impl<'a> Checker<'a> {
+    pub fn new(config: &'a ValidationConfig) -> Self {
+        Self {
+            validator: Validator {
+                config,
+                errors: Vec::new(),
+                warnings: Vec::new(),
+            },
+            operations: Vec::new(),
+            first_for_key: HashMap::new(),
+            count: 0,
+        }
+    }
+
+    /// Validates the next operation and keeps what passed. Past the operation limit, only
+    /// counts.
+    pub fn push(&mut self, op: OperationRequest) {
+        let i = self.count;
+        self.count += 1;
+        let config = self.validator.config;
+        if self.count > config.max_operations {
+            // Nothing of a refused changeset is needed any more.
+            if self.count == config.max_operations + 1 {
+                self.operations = Vec::new();
+                self.first_for_key = HashMap::new();
+            }
+            return;
+        }
+        let at = Pointer::root().push("operations").push(i);
+        if let Some(key) = key_of(&op, config) {
+            if let Some(&first) = self.first_for_key.get(&key) {
+                self.validator.errors.push(
+                    Problem::new(
+                        at,
+                        "duplicate_operation",
+                        format!(
+                            "operation {i} repeats the resource of operation {first}; one \
+                             operation per resource"
+                        ),
+                    )
+                    .at(i, None),
+                );
+                return;
+            }
+            self.first_for_key.insert(key, i);
+        }
+        let validated = match &op {
+            OperationRequest::Put(put) => self.validator.put(i, put, &at),
+            OperationRequest::Delete(delete) => self.validator.delete(i, delete, &at),
+        };
+        self.operations.extend(validated);
+    }
+
+    /// Operations pushed so far.
+    pub fn count(&self) -> usize {
+        self.count
+    }
+
+    /// Everything found, with the changeset's other fields.
+    pub fn finish(self, header: ChangesetHeader) -> Checked {
+        let Checker {
+            validator: mut v,
+            mut operations,
+            count,
+            ..
+        } = self;
+        let max = v.config.max_operations;
+        if count > max {
+            // The same answer however far validation got: only the limit.
+            operations = Vec::new();
+            v.errors = vec![Problem::new(
+                Pointer::root().push("operations"),
+                "too_many_operations",
+                format!("{count} operations exceed the limit of {max} per changeset"),
+            )];
+            v.warnings = Vec::new();
+        }
+        operations.shrink_to_fit();
+        Checked {
+            changeset: ValidatedChangeset {
+                expected_revision: header.expected_revision,
+                dry_run: header.dry_run,
+                message: header.message,
+                operations,
+            },
+            errors: v.errors,
+            warnings: v.warnings,
+        }
     }
 }
 

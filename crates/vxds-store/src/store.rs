@@ -11,6 +11,7 @@
 //! Replicas publish their client summaries for impact preview here too ([`summaries`]).
 //! History beyond the retention is pruned in the background, a batch at a time ([`prune`]).
 
+mod bulk;
 mod follow;
 mod health;
 mod history;

@@ -19,6 +19,8 @@ use vxds_store::{
 use vxds_testkit::{TestDb, on_both_backends};
 
 // A test crate's root resolves modules beside it, not in a folder named after it.
+#[path = "contract/big.rs"]
+mod big;
 #[path = "contract/following.rs"]
 mod following;
 #[path = "contract/outage.rs"]

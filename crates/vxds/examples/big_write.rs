@@ -9,9 +9,16 @@
 //! build of the previous release) is measured the same way in the same run, and the exports of
 //! the two are compared byte for byte.
 //!
+//! Then the round trip, on a second fresh database with a fresh server: `vxds apply` of that
+//! export, `vxds diff` of it (which must find nothing), `vxds rollback --to 0` (every resource
+//! deleted) and `vxds rollback --to 1` (all back), each timed, with the server's peak resident
+//! memory during each (the peak is reset between steps through `/proc/PID/clear_refs`). Each
+//! must be one revision.
+//!
 //! ```sh
 //! cargo build --release -p vxds --example big_write --bin vxds
 //! target/release/examples/big_write --baseline PATH/TO/OLD/vxds
+//! target/release/examples/big_write --clusters 100000 --endpoints 0   # 100,000 resources
 //! ```
 //!
 //! Results are written down in docs/benchmarks.md.
@@ -41,6 +48,7 @@ struct Args {
     #[arg(long, default_value_t = 4)]
     variants: usize,
     /// Endpoints (one variant each) written after the big changeset, before the export.
+    /// (Their names have five digits: at most 100,000.)
     #[arg(long, default_value_t = 3_000)]
     endpoints: usize,
     /// Backends to measure on: postgres, sqlite.
@@ -61,6 +69,22 @@ struct Measured {
     export_database: Duration,
     exported_documents: usize,
     export: Vec<u8>,
+    round_trip: RoundTrip,
+}
+
+/// The export applied to an empty store, diffed, and rolled back and forth.
+struct RoundTrip {
+    idle_mib: f64,
+    steps: Vec<Step>,
+    /// The server's resident memory at the end, holding the store.
+    end_mib: f64,
+}
+
+/// One command of the round trip: its time and the server's peak resident memory meanwhile.
+struct Step {
+    what: &'static str,
+    time: Duration,
+    peak_mib: f64,
 }
 
 fn main() -> anyhow::Result<()> {
@@ -114,7 +138,82 @@ async fn measure(
     let database = TestDb::fresh(db).await;
     let result = measure_on(binary, &database, changeset, endpoints).await;
     database.remove().await;
-    result
+    let mut measured = result?;
+    let database = TestDb::fresh(db).await;
+    let result = round_trip(binary, &database, &measured.export).await;
+    database.remove().await;
+    measured.round_trip = result?;
+    Ok(measured)
+}
+
+async fn round_trip(binary: &Path, database: &TestDb, export: &[u8]) -> anyhow::Result<RoundTrip> {
+    let dir = tempfile::tempdir()?;
+    let file = dir.path().join("export.yaml");
+    std::fs::write(&file, export)?;
+    let file = file.display().to_string();
+    let server = ServeProcess::start_on(binary, dir.path(), &database.url, "127.0.0.1:0", &[])
+        .with_context(|| format!("starting {}", binary.display()))?;
+    let pid = server.child.id();
+    let client = reqwest::Client::new();
+    let admin = server.admin_url.as_str();
+    tokio::time::sleep(Duration::from_millis(500)).await;
+    let idle_mib = memory(pid, "VmRSS:")?;
+    let commands: [(&'static str, Vec<&str>, u64); 4] = [
+        (
+            "apply of the export",
+            vec!["apply", "-f", &file, "--server", admin],
+            1,
+        ),
+        (
+            "diff of the export (equal)",
+            vec!["diff", "-f", &file, "--server", admin],
+            1,
+        ),
+        (
+            "rollback --to 0 (delete all)",
+            vec!["rollback", "--to", "0", "--server", admin],
+            2,
+        ),
+        (
+            "rollback --to 1 (restore all)",
+            vec!["rollback", "--to", "1", "--server", admin],
+            3,
+        ),
+    ];
+    let mut steps = Vec::new();
+    for (what, args, head) in commands {
+        // Resets VmHWM to the current RSS, so that each step's peak is its own.
+        std::fs::write(format!("/proc/{pid}/clear_refs"), "5")?;
+        let started = Instant::now();
+        run(binary, &args)?;
+        wait_indexed(&client, admin, head).await?;
+        let time = started.elapsed();
+        let peak_mib = memory(pid, "VmHWM:")?;
+        let revision: Value = client
+            .get(format!("{admin}/healthz/store"))
+            .send()
+            .await?
+            .json()
+            .await?;
+        if revision["revision"].as_u64() != Some(head) {
+            bail!(
+                "{what}: the store is at {}, not one revision on ({head})",
+                revision["revision"]
+            );
+        }
+        steps.push(Step {
+            what,
+            time,
+            peak_mib,
+        });
+    }
+    let end_mib = memory(pid, "VmRSS:")?;
+    drop(server);
+    Ok(RoundTrip {
+        idle_mib,
+        steps,
+        end_mib,
+    })
 }
 
 async fn measure_on(
@@ -179,6 +278,11 @@ async fn measure_on(
         export_database,
         exported_documents,
         export,
+        round_trip: RoundTrip {
+            idle_mib: 0.0,
+            steps: Vec::new(),
+            end_mib: 0.0,
+        },
     })
 }
 
@@ -206,6 +310,27 @@ fn report(backend: &str, changeset: &[u8], results: &[(&str, Measured)]) {
             m.exported_documents,
         );
     }
+    for (label, m) in results {
+        let export_mib = m.export.len() as f64 / (1 << 20) as f64;
+        let rt = &m.round_trip;
+        println!(
+            "\n{label}: round trip of the export ({} documents, {export_mib:.1} MiB) on an empty store; server idle {:.0} MiB, at the end {:.0} MiB",
+            m.exported_documents, rt.idle_mib, rt.end_mib
+        );
+        println!("| step | time | server peak RSS | peak over idle | ÷ export size |");
+        println!("|---|---|---|---|---|");
+        for step in &rt.steps {
+            let over = step.peak_mib - rt.idle_mib;
+            println!(
+                "| {} | {:.2} s | {:.0} MiB | {:.0} MiB | {:.1}× |",
+                step.what,
+                step.time.as_secs_f64(),
+                step.peak_mib,
+                over,
+                over / export_mib,
+            );
+        }
+    }
     if let [(_, first), (_, second)] = results {
         let same = first.export == second.export;
         println!(
@@ -222,10 +347,12 @@ fn big_changeset(clusters: usize, variants: usize) -> Value {
         .collect();
     let operations: Vec<Value> = (0..clusters)
         .map(|i| {
-            let name = format!("cluster-{i:05}");
+            let name = format!("cluster-{i:06}");
             let variants: Vec<Value> = (0..variants)
                 .map(|v| {
-                    let constraints = if v + 1 < variants {
+                    let constraints = if variants == 1 {
+                        "*".to_owned()
+                    } else if v + 1 < variants {
                         format!("env = \"e{v}\"")
                     } else {
                         format!("env not in ({})", defaults.join(", "))

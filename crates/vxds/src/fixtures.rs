@@ -139,10 +139,12 @@ pub fn load(paths: &[PathBuf]) -> anyhow::Result<Fixtures> {
         let text: Arc<str> = std::fs::read_to_string(&file)
             .with_context(|| format!("reading {}", file.display()))?
             .into();
-        for (i, (place, value)) in documents(&file, &text)?.into_iter().enumerate() {
+        let mut i = 0;
+        documents(&file, &text, |place, value| {
+            i += 1;
             let source = Source {
                 file: file.clone(),
-                document: i + 1,
+                document: i,
                 text: text.clone(),
                 place,
             };
@@ -157,7 +159,8 @@ pub fn load(paths: &[PathBuf]) -> anyhow::Result<Fixtures> {
             })?;
             fixtures.documents.push(document);
             fixtures.sources.push(source);
-        }
+            Ok(())
+        })?;
     }
     Ok(fixtures)
 }
@@ -199,8 +202,13 @@ fn collect(path: &Path, out: &mut Vec<PathBuf>) -> anyhow::Result<()> {
     Ok(())
 }
 
-/// The documents of a file that hold something, with where each is.
-fn documents(file: &Path, text: &str) -> anyhow::Result<Vec<(Place, Value)>> {
+/// Each document of a file that holds something, with where it is, handed to `each` as soon as
+/// it is read (a large export is never a tree of values whole).
+fn documents(
+    file: &Path,
+    text: &str,
+    mut each: impl FnMut(Place, Value) -> anyhow::Result<()>,
+) -> anyhow::Result<()> {
     let is_json = file.extension().and_then(|e| e.to_str()) == Some("json");
     if is_json {
         let value: Value = serde_json::from_str(text).map_err(|e| {
@@ -211,27 +219,27 @@ fn documents(file: &Path, text: &str) -> anyhow::Result<Vec<(Place, Value)>> {
                 e.column()
             )
         })?;
-        return Ok(match value {
+        return match value {
             Value::Array(items) => items
                 .into_iter()
                 .enumerate()
-                .map(|(n, v)| (Place::JsonElement(n), v))
-                .collect(),
-            other => vec![(Place::Json, other)],
-        });
+                .try_for_each(|(n, v)| each(Place::JsonElement(n), v)),
+            other => each(Place::Json, other),
+        };
     }
-    let mut out = Vec::new();
+    let mut held = 0;
     for (n, document) in serde_norway::Deserializer::from_str(text).enumerate() {
         let value = Value::deserialize(document).map_err(|e| {
             let at = e.location().map_or_else(
                 || file.display().to_string(),
                 |l| format!("{}:{}:{}", file.display(), l.line(), l.column()),
             );
-            anyhow::anyhow!("{at} (document {}): not valid YAML: {e}", out.len() + 1)
+            anyhow::anyhow!("{at} (document {}): not valid YAML: {e}", held + 1)
         })?;
         if !value.is_null() {
-            out.push((Place::Yaml(n), value));
+            held += 1;
+            each(Place::Yaml(n), value)?;
         }
     }
-    Ok(out)
+    Ok(())
 }

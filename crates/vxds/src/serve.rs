@@ -11,9 +11,12 @@ use clap::Args;
 use prometheus_client::registry::Registry;
 use tokio::net::TcpListener;
 use tracing::info;
-use vxds_admin::{AdminMetrics, AdminState, DEFAULT_BODY_LIMIT, OriginPolicy, Tokens};
+use vxds_admin::{
+    AdminMetrics, AdminState, DEFAULT_BODY_LIMIT, DEFAULT_CHANGESET_BODY_LIMIT, OriginPolicy,
+    Tokens,
+};
 use vxds_core::IdentityTemplate;
-use vxds_envoy::changeset::ValidationConfig;
+use vxds_envoy::changeset::{DEFAULT_MAX_OPERATIONS, ValidationConfig};
 use vxds_store::{
     DEFAULT_INDEX_HISTORY_BYTES, IndexOptions, Retention, Store, StoreOptions, index, redact,
 };
@@ -56,6 +59,14 @@ pub struct ServeArgs {
     /// it is read: by its Content-Length, or as soon as it crosses the limit.
     #[arg(long, env = "VXDS_ADMIN_BODY_LIMIT", default_value_t = DEFAULT_BODY_LIMIT)]
     pub admin_body_limit: usize,
+    /// Largest changeset body (`POST /v1/changesets`, what `vxds apply` sends), in bytes
+    /// (256 MiB: the export of 100,000 resources of 2.5 KiB each applies back). It is validated
+    /// as it arrives and never held whole. A larger one is refused with 413.
+    #[arg(long, env = "VXDS_ADMIN_CHANGESET_BODY_LIMIT", default_value_t = DEFAULT_CHANGESET_BODY_LIMIT)]
+    pub admin_changeset_body_limit: usize,
+    /// Most operations in one changeset (a restore is one too), each changeset one revision.
+    #[arg(long, env = "VXDS_MAX_CHANGESET_OPERATIONS", default_value_t = DEFAULT_MAX_OPERATIONS)]
+    pub max_changeset_operations: usize,
     /// xdstp authorities this server serves (comma-separated); names with others are refused.
     /// None allows any.
     #[arg(long = "authority", env = "VXDS_AUTHORITIES", value_delimiter = ',')]
@@ -283,6 +294,7 @@ pub async fn run(args: ServeArgs) -> anyhow::Result<ExitCode> {
         max_connections: args.database_connections,
         validation: ValidationConfig {
             authorities: args.authorities.clone(),
+            max_operations: args.max_changeset_operations,
             trusted_keys: template
                 .iter()
                 .flat_map(|t| t.keys().map(str::to_owned))
@@ -366,6 +378,7 @@ pub async fn run(args: ServeArgs) -> anyhow::Result<ExitCode> {
         Arc::new(registry),
         args.admin_body_limit,
     )
+    .with_changeset_body_limit(args.admin_changeset_body_limit)
     .with_clients(xds.registry())
     .with_replica_id(replica_id.clone())
     .with_origin_policy(origins)

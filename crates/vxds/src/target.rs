@@ -124,6 +124,27 @@ impl Target {
         body: Option<&Value>,
     ) -> anyhow::Result<Reply> {
         let payload = body.map(serde_json::to_vec).transpose()?;
+        self.call_bytes(method, path, payload).await
+    }
+
+    /// [`Self::call`] with `body` written as JSON straight from its type (a changeset of
+    /// 100,000 resources as a `Value` tree would take many times its text).
+    pub async fn send<T: serde::Serialize>(
+        &self,
+        method: Method,
+        path: &str,
+        body: &T,
+    ) -> anyhow::Result<Reply> {
+        let payload = serde_json::to_vec(body)?;
+        self.call_bytes(method, path, Some(payload)).await
+    }
+
+    async fn call_bytes(
+        &self,
+        method: Method,
+        path: &str,
+        payload: Option<Vec<u8>>,
+    ) -> anyhow::Result<Reply> {
         let (status, bytes) = match self {
             Target::Server {
                 base,
@@ -235,6 +256,20 @@ impl Target {
         &self,
         resource_type: Option<&str>,
     ) -> anyhow::Result<Vec<(String, String)>> {
+        Ok(self
+            .list_versions(resource_type)
+            .await?
+            .into_iter()
+            .map(|(key, _)| key)
+            .collect())
+    }
+
+    /// Every resource's `(type_url, name)` and version, optionally of one type, read a page of
+    /// 1,000 at a time.
+    pub async fn list_versions(
+        &self,
+        resource_type: Option<&str>,
+    ) -> anyhow::Result<Vec<((String, String), String)>> {
         let mut keys = Vec::new();
         let mut cursor: Option<String> = None;
         loop {
@@ -248,8 +283,11 @@ impl Target {
             let reply = self.expect_ok(self.call(Method::GET, &path, None).await?)?;
             for r in reply.body["resources"].as_array().into_iter().flatten() {
                 keys.push((
-                    r["type_url"].as_str().unwrap_or_default().to_owned(),
-                    r["name"].as_str().unwrap_or_default().to_owned(),
+                    (
+                        r["type_url"].as_str().unwrap_or_default().to_owned(),
+                        r["name"].as_str().unwrap_or_default().to_owned(),
+                    ),
+                    r["version"].as_str().unwrap_or_default().to_owned(),
                 ));
             }
             match reply.body["next_cursor"].as_str() {

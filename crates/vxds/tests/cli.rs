@@ -11,6 +11,8 @@ use vxds_testkit::serve::ServeProcess;
 use vxds_testkit::{TestDb, on_both_backends};
 
 // A test crate's root resolves modules beside it, not in a folder named after it.
+#[path = "cli/big.rs"]
+mod big;
 #[path = "cli/diff.rs"]
 mod diff;
 #[path = "cli/impact.rs"]

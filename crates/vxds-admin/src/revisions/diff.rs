@@ -20,9 +20,15 @@ pub struct RevisionDetail {
     pub created_at: String,
     pub author: Option<String>,
     pub message: Option<String>,
+    /// How many resources the revision changed.
+    pub change_count: usize,
+    /// This page of the revision's changes (at most `limit`, after the first `after`).
     pub changes: Vec<ChangeRepr>,
-    /// Per changed resource, in the order of `changes`: its variants before and after.
+    /// Per changed resource of this page, in the order of `changes`: its variants before and
+    /// after.
     pub resources: Vec<ResourceDiffRepr>,
+    /// Pass as `after` for the next page; null on the last page.
+    pub next_after: Option<u64>,
 }
 
 #[derive(Clone, Debug, Serialize, ToSchema)]
@@ -64,19 +70,26 @@ pub struct VariantStateRepr {
     pub resource: Option<Value>,
 }
 
-pub fn detail(diff: &RevisionDiff, bodies: bool) -> Result<RevisionDetail, ApiError> {
+/// The page of `diff` that starts after its first `after` changes (`diff.resources` holds that
+/// page's resources, as [`vxds_store::Store::revision_diff_page`] reads them).
+pub fn detail(diff: &RevisionDiff, after: usize, bodies: bool) -> Result<RevisionDetail, ApiError> {
     let r = &diff.revision;
+    let count = r.changes.len();
+    let start = after.min(count);
+    let end = start + diff.resources.len();
     Ok(RevisionDetail {
         revision: r.revision,
         created_at: timestamp(r.created_at_ms),
         author: r.author.clone(),
         message: r.message.clone(),
-        changes: r.changes.iter().map(change_repr).collect(),
+        change_count: count,
+        changes: r.changes[start..end].iter().map(change_repr).collect(),
         resources: diff
             .resources
             .iter()
             .map(|d| resource_diff(d, bodies))
             .collect::<Result<_, _>>()?,
+        next_after: (end < count).then_some(end as u64),
     })
 }
 

@@ -458,8 +458,10 @@ async function toggleDiff(revision, details) {
 
 async function loadDiff(revision, details) {
   try {
-    const detail = await api("GET", "/v1/revisions/" + revision + "?bodies=true");
-    details.replaceChildren(...detail.resources.map((res) => el("div", { class: "resource-diff" },
+    const detail = await api("GET", "/v1/revisions/" + revision + "?bodies=true&limit=100");
+    const more = detail.next_after === null || detail.next_after === undefined ? null
+      : el("p", { class: "muted" }, "The first " + detail.resources.length + " of " + detail.change_count + " changed resources.");
+    details.replaceChildren(...(more ? [more] : []), ...detail.resources.map((res) => el("div", { class: "resource-diff" },
       el("h2", {}, (res.type || res.type_url) + " " + res.name + " ", el("span", { class: "badge " + res.change }, res.change)),
       res.history_kept ? null : el("p", { class: "muted" }, "This revision is older than the variant history: no per-variant diff."),
       res.variants.map((v) => el("div", { class: "variant-diff" },

@@ -63,6 +63,8 @@ pub(crate) async fn serve_store(
         Arc::new(registry),
         body_limit,
     )
+    // The tests' limit is the changesets' too, so that they can cross it cheaply.
+    .with_changeset_body_limit(body_limit)
     .with_origin_policy(origins);
     let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
     let base = format!("http://{}", listener.local_addr().unwrap());

@@ -44,16 +44,37 @@ struct Past {
 impl Store {
     /// One revision with, per resource it changed, the state before and after it.
     pub async fn revision_diff(&self, revision: u64) -> Result<Option<RevisionDiff>, StoreError> {
+        self.revision_diff_page(revision, 0, usize::MAX).await
+    }
+
+    /// [`Store::revision_diff`] of at most `limit` of the revision's changes after the first
+    /// `after` (in the revision's order): `resources` holds those, `revision.changes` all of
+    /// them (their count pages the rest).
+    pub async fn revision_diff_page(
+        &self,
+        revision: u64,
+        after: usize,
+        limit: usize,
+    ) -> Result<Option<RevisionDiff>, StoreError> {
         let Some(found) = self.revision(revision).await? else {
             return Ok(None);
         };
+        let start = after.min(found.changes.len());
+        let end = start.saturating_add(limit).min(found.changes.len());
         self.guarded(async {
             let mut tx = self.begin_snapshot().await?;
             refuse_pruned(&mut tx, revision, revision).await?;
+<<<<<<< HEAD
             let mut resources = Vec::with_capacity(found.changes.len());
             for change in &found.changes {
                 let before = state_at(&mut tx, &change.key, revision - 1).await?.state;
                 let after = state_at(&mut tx, &change.key, revision).await?.state;
+=======
+            let mut resources = Vec::with_capacity(end - start);
+            for change in &found.changes[start..end] {
+                let before = state_at(&mut tx, &change.key, revision - 1).await?;
+                let after = state_at(&mut tx, &change.key, revision).await?;
+>>>>>>> bigstore
                 resources.push(ResourceDiff {
                     change: change.clone(),
                     before,

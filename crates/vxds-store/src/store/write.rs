@@ -9,7 +9,8 @@
 //!    that passed step 1. All errors of steps 1 and 3 are
 //!    reported together.
 //! 4. Operations that change nothing are dropped; if nothing is left, no revision is made.
-//! 5. The writes, the revision and its change list, the head; with Postgres a NOTIFY that is
+//! 5. The writes (multi-row statements, a batch at a time: [`bulk`]), the revision and its
+//!    change list, the head; with Postgres a NOTIFY that is
 //!    delivered at commit. Then the head watch moves.
 //!
 //! Dry runs do everything but commit.
@@ -24,7 +25,7 @@ use vxds_envoy::changeset::{
 use vxds_envoy::pointer::Pointer;
 use vxds_envoy::resource::CLUSTER;
 
-use super::{Backend, Store, notify};
+use super::{Backend, Store, bulk, notify};
 use crate::error::{ApplyError, Conflict, StoreError};
 use crate::model::{Applied, Change, ChangeKind, Preview};
 use vxds_core::impact::VariantState;
@@ -57,6 +58,18 @@ impl Store {
         let checked = tokio::task::spawn_blocking(move || changeset::check(request, &config))
             .await
             .map_err(|e| StoreError::Corrupt(format!("validation panicked: {e}")))?;
+        self.apply_checked(checked, author).await
+    }
+
+    /// [`Store::apply`] of a changeset the stateless rules already checked, with this store's
+    /// [`Store::validation`] (e.g. while its request body was decoded,
+    /// [`changeset::Checker`]): the rules that need stored state, then the commit.
+    pub async fn apply_checked(
+        &self,
+        checked: Checked,
+        author: Option<String>,
+    ) -> Result<Applied, ApplyError> {
+        self.inner.health.check()?;
         let written = self.write(checked, author).await;
         if let Err(ApplyError::Store(e)) = &written {
             self.inner.health.observe(e);
@@ -106,12 +119,9 @@ impl Store {
             }));
         }
 
-        let mut current: HashMap<ResourceKey, Current> = HashMap::new();
-        for op in &changeset.operations {
-            if let Some(found) = load_current(&mut tx, &op.key).await? {
-                current.insert(op.key.clone(), found);
-            }
-        }
+        let keys: Vec<&ResourceKey> = changeset.operations.iter().map(|op| &op.key).collect();
+        let current = load_current(&mut tx, &keys).await?;
+        drop(keys);
 
         let mut errors = stateless_errors;
         let mut changes = Vec::new();
@@ -213,10 +223,11 @@ impl Store {
         let revision = head + 1;
         let now = now_ms();
         let changed: BTreeSet<&ResourceKey> = changes.iter().map(|c| &c.key).collect();
-        for op in changeset
+        let changed_ops: Vec<&changeset::ValidatedOperation> = changeset
             .operations
             .iter()
             .filter(|op| changed.contains(&op.key))
+<<<<<<< HEAD
         {
             match &op.action {
                 Action::Delete => delete_resource(&mut tx, &op.key).await?,
@@ -240,6 +251,26 @@ impl Store {
             .filter(|op| matches!(&op.action, Action::Put(r) if r.shared))
             .map(|op| &op.key)
             .collect();
+=======
+            .collect();
+        drop(changed);
+        let deleted: Vec<&ResourceKey> = changed_ops
+            .iter()
+            .filter(|op| matches!(op.action, Action::Delete))
+            .map(|op| &op.key)
+            .collect();
+        delete_resources(&mut tx, &deleted).await?;
+        drop(deleted);
+        let puts: Vec<(&ResourceKey, &ValidatedResource)> = changed_ops
+            .iter()
+            .filter_map(|op| match &op.action {
+                Action::Put(resource) => Some((&op.key, resource)),
+                Action::Delete => None,
+            })
+            .collect();
+        put_resources(&mut tx, &puts, &current, revision, now).await?;
+        drop((puts, changed_ops));
+>>>>>>> bigstore
         insert_revision(
             &mut tx,
             revision,
@@ -348,25 +379,31 @@ async fn lock_head(tx: &mut Transaction<'_, Any>, backend: Backend) -> Result<u6
     Ok(row.try_get::<i64, _>(0)? as u64)
 }
 
+/// What each of `keys` that exists looks like now.
 async fn load_current(
     tx: &mut Transaction<'_, Any>,
-    key: &ResourceKey,
-) -> Result<Option<Current>, StoreError> {
-    let row = sqlx::query(
-        "SELECT version, created_revision, created_at_ms FROM vxds_resources WHERE type_url = $1 AND name = $2",
+    keys: &[&ResourceKey],
+) -> Result<HashMap<ResourceKey, Current>, StoreError> {
+    let mut current = HashMap::new();
+    bulk::load_many(
+        tx,
+        "vxds_resources",
+        "version, created_revision, created_at_ms",
+        keys,
+        |key, row| {
+            current.insert(
+                key,
+                Current {
+                    version: row.try_get(1)?,
+                    created_revision: row.try_get(2)?,
+                    created_at_ms: row.try_get(3)?,
+                },
+            );
+            Ok(())
+        },
     )
-    .bind(&key.type_url)
-    .bind(&key.name)
-    .fetch_optional(&mut **tx)
     .await?;
-    row.map(|row| {
-        Ok(Current {
-            version: row.try_get(0)?,
-            created_revision: row.try_get(1)?,
-            created_at_ms: row.try_get(2)?,
-        })
-    })
-    .transpose()
+    Ok(current)
 }
 
 async fn load_edges(
@@ -401,158 +438,186 @@ async fn load_redirects(
     Ok(edges)
 }
 
-async fn delete_redirects(
+/// Deletes `keys` (their variants go with them), their redirects and aggregate edges.
+async fn delete_resources(
     tx: &mut Transaction<'_, Any>,
-    key: &ResourceKey,
+    keys: &[&ResourceKey],
 ) -> Result<(), StoreError> {
-    sqlx::query("DELETE FROM vxds_redirects WHERE type_url = $1 AND name = $2")
-        .bind(&key.type_url)
-        .bind(&key.name)
-        .execute(&mut **tx)
-        .await?;
-    Ok(())
+    bulk::delete_many(tx, "vxds_resources", keys, false).await?;
+    bulk::delete_many(tx, "vxds_redirects", keys, false).await?;
+    let clusters: Vec<&ResourceKey> = keys
+        .iter()
+        .copied()
+        .filter(|key| key.type_url.ends_with(CLUSTER))
+        .collect();
+    bulk::delete_many(tx, "vxds_cluster_edges", &clusters, true).await
 }
 
-async fn delete_resource(
+/// Ops a batch of puts covers: their previous variants are read, and their rows written, a
+/// batch at a time.
+const PUT_BATCH: usize = 1000;
+
+/// Writes `puts` (each resource's row, variants, history, redirects and aggregate edges),
+/// replacing what the ones in `current` had, with multi-row statements.
+async fn put_resources(
     tx: &mut Transaction<'_, Any>,
-    key: &ResourceKey,
-) -> Result<(), StoreError> {
-    sqlx::query("DELETE FROM vxds_resources WHERE type_url = $1 AND name = $2")
-        .bind(&key.type_url)
-        .bind(&key.name)
-        .execute(&mut **tx)
-        .await?;
-    delete_redirects(tx, key).await?;
-    if key.type_url.ends_with(CLUSTER) {
-        delete_edges(tx, &key.name).await?;
-    }
-    Ok(())
-}
-
-async fn delete_edges(tx: &mut Transaction<'_, Any>, cluster: &str) -> Result<(), StoreError> {
-    sqlx::query("DELETE FROM vxds_cluster_edges WHERE parent = $1")
-        .bind(cluster)
-        .execute(&mut **tx)
-        .await?;
-    Ok(())
-}
-
-async fn put_resource(
-    tx: &mut Transaction<'_, Any>,
-    key: &ResourceKey,
-    resource: &ValidatedResource,
-    current: Option<&Current>,
+    puts: &[(&ResourceKey, &ValidatedResource)],
+    current: &HashMap<ResourceKey, Current>,
     revision: u64,
     now: i64,
 ) -> Result<(), StoreError> {
-    // Variants that keep their identity keep their creation time (and, unchanged, their update
-    // time): id -> (created, updated, version).
-    let mut previous: HashMap<String, (i64, i64, String)> = HashMap::new();
-    if current.is_some() {
-        let rows = sqlx::query(
-            "SELECT variant_id, created_at_ms, updated_at_ms, version FROM vxds_variants \
-             WHERE type_url = $1 AND name = $2",
-        )
-        .bind(&key.type_url)
-        .bind(&key.name)
-        .fetch_all(&mut **tx)
-        .await?;
-        for row in rows {
-            previous.insert(
-                row.try_get(0)?,
-                (row.try_get(1)?, row.try_get(2)?, row.try_get(3)?),
-            );
-        }
-        sqlx::query("DELETE FROM vxds_variants WHERE type_url = $1 AND name = $2")
-            .bind(&key.type_url)
-            .bind(&key.name)
-            .execute(&mut **tx)
-            .await?;
-    }
-    let (created_revision, created_at) = current.map_or((revision as i64, now), |c| {
-        (c.created_revision, c.created_at_ms)
-    });
-    sqlx::query(
+    let mut resources = bulk::Rows::new(
         "INSERT INTO vxds_resources \
-             (type_url, name, version, revision, created_revision, created_at_ms, updated_at_ms, shared) \
-         VALUES ($1, $2, $3, $4, $5, $6, $7, $8) \
-         ON CONFLICT (type_url, name) DO UPDATE SET \
-             version = excluded.version, revision = excluded.revision, updated_at_ms = excluded.updated_at_ms, \
-             shared = excluded.shared",
-    )
-    .bind(&key.type_url)
-    .bind(&key.name)
-    .bind(&resource.version)
-    .bind(revision as i64)
-    .bind(created_revision)
-    .bind(created_at)
-    .bind(now)
-    .bind(i64::from(resource.shared))
-    .execute(&mut **tx)
-    .await?;
-    for (position, variant) in resource.variants.iter().enumerate() {
-        let id = variant.constraints.id().to_string();
-        let (created_at_ms, updated_at_ms) = match previous.get(&id) {
-            Some((created_at, updated_at, version)) if *version == variant.version => {
-                (*created_at, *updated_at)
-            }
-            Some((created_at, _, _)) => (*created_at, now),
-            None => (now, now),
-        };
-        sqlx::query(
-            "INSERT INTO vxds_variants \
-                 (type_url, name, position, variant_id, constraints, body, version, created_at_ms, updated_at_ms, ttl_ms) \
-             VALUES ($1, $2, $3, $4, $5, $6, $7, $8, $9, $10)",
+             (type_url, name, version, revision, created_revision, created_at_ms, updated_at_ms, shared)",
+        8,
+        "ON CONFLICT (type_url, name) DO UPDATE SET \
+             version = excluded.version, revision = excluded.revision, \
+             updated_at_ms = excluded.updated_at_ms, shared = excluded.shared",
+    );
+    let mut variants = bulk::Rows::new(
+        "INSERT INTO vxds_variants \
+             (type_url, name, position, variant_id, constraints, body, version, created_at_ms, updated_at_ms, ttl_ms)",
+        10,
+        "",
+    );
+    // Kept per revision, so that any past state can be read back and restored.
+    let mut history = bulk::Rows::new(
+        "INSERT INTO vxds_variant_history \
+             (revision, type_url, name, position, variant_id, constraints, body, version, ttl_ms)",
+        9,
+        "",
+    );
+    let mut redirects =
+        bulk::Rows::new("INSERT INTO vxds_redirects (type_url, name, target)", 3, "");
+    let mut edges = bulk::Rows::new("INSERT INTO vxds_cluster_edges (parent, child)", 2, "");
+    use bulk::Value::{Bytes, Int, OptInt, Text};
+    for batch in puts.chunks(PUT_BATCH) {
+        // Variants that keep their identity keep their creation time (and, unchanged, their
+        // update time): key -> id -> (created, updated, version).
+        let existing: Vec<&ResourceKey> = batch
+            .iter()
+            .map(|(key, _)| *key)
+            .filter(|key| current.contains_key(*key))
+            .collect();
+        let mut previous: HashMap<ResourceKey, HashMap<String, (i64, i64, String)>> =
+            HashMap::new();
+        bulk::load_many(
+            tx,
+            "vxds_variants",
+            "variant_id, created_at_ms, updated_at_ms, version",
+            &existing,
+            |key, row| {
+                previous.entry(key).or_default().insert(
+                    row.try_get(1)?,
+                    (row.try_get(2)?, row.try_get(3)?, row.try_get(4)?),
+                );
+                Ok(())
+            },
         )
-        .bind(&key.type_url)
-        .bind(&key.name)
-        .bind(position as i64)
-        .bind(&id)
-        .bind(variant.constraints.to_string())
-        .bind(variant.body.clone())
-        .bind(&variant.version)
-        .bind(created_at_ms)
-        .bind(updated_at_ms)
-        // Bounded by validation (at most a day), so it fits.
-        .bind(variant.ttl.map(|t| t.as_millis() as i64))
-        .execute(&mut **tx)
         .await?;
-        // Kept per revision, so that any past state can be read back and restored.
-        sqlx::query(
-            "INSERT INTO vxds_variant_history \
-                 (revision, type_url, name, position, variant_id, constraints, body, version, ttl_ms) \
-             VALUES ($1, $2, $3, $4, $5, $6, $7, $8, $9)",
-        )
-        .bind(revision as i64)
-        .bind(&key.type_url)
-        .bind(&key.name)
-        .bind(position as i64)
-        .bind(&id)
-        .bind(variant.constraints.to_string())
-        .bind(variant.body.clone())
-        .bind(&variant.version)
-        .bind(variant.ttl.map(|t| t.as_millis() as i64))
-        .execute(&mut **tx)
-        .await?;
-    }
-    delete_redirects(tx, key).await?;
-    for target in &resource.redirects {
-        sqlx::query("INSERT INTO vxds_redirects (type_url, name, target) VALUES ($1, $2, $3)")
-            .bind(&key.type_url)
-            .bind(&key.name)
-            .bind(target)
-            .execute(&mut **tx)
-            .await?;
-    }
-    if key.type_url.ends_with(CLUSTER) {
-        delete_edges(tx, &key.name).await?;
-        for child in resource.aggregate_children.iter().flatten() {
-            sqlx::query("INSERT INTO vxds_cluster_edges (parent, child) VALUES ($1, $2)")
-                .bind(&key.name)
-                .bind(child)
-                .execute(&mut **tx)
+        // What the existing ones had goes; their resource rows are updated in place.
+        bulk::delete_many(tx, "vxds_variants", &existing, false).await?;
+        bulk::delete_many(tx, "vxds_redirects", &existing, false).await?;
+        let clusters: Vec<&ResourceKey> = existing
+            .iter()
+            .copied()
+            .filter(|key| key.type_url.ends_with(CLUSTER))
+            .collect();
+        bulk::delete_many(tx, "vxds_cluster_edges", &clusters, true).await?;
+        for (key, resource) in batch {
+            let (created_revision, created_at) =
+                current.get(*key).map_or((revision as i64, now), |c| {
+                    (c.created_revision, c.created_at_ms)
+                });
+            resources
+                .push(
+                    tx,
+                    [
+                        Text(key.type_url.clone()),
+                        Text(key.name.clone()),
+                        Text(resource.version.clone()),
+                        Int(revision as i64),
+                        Int(created_revision),
+                        Int(created_at),
+                        Int(now),
+                        Int(i64::from(resource.shared)),
+                    ],
+                )
                 .await?;
         }
+        resources.flush(tx).await?;
+        for (key, resource) in batch {
+            let previous = previous.get(*key);
+            for (position, variant) in resource.variants.iter().enumerate() {
+                let id = variant.constraints.id().to_string();
+                let (created_at_ms, updated_at_ms) = match previous.and_then(|p| p.get(&id)) {
+                    Some((created_at, updated_at, version)) if *version == variant.version => {
+                        (*created_at, *updated_at)
+                    }
+                    Some((created_at, _, _)) => (*created_at, now),
+                    None => (now, now),
+                };
+                let constraints = variant.constraints.to_string();
+                // Bounded by validation (at most a day), so it fits.
+                let ttl = variant.ttl.map(|t| t.as_millis() as i64);
+                variants
+                    .push(
+                        tx,
+                        [
+                            Text(key.type_url.clone()),
+                            Text(key.name.clone()),
+                            Int(position as i64),
+                            Text(id.clone()),
+                            Text(constraints.clone()),
+                            Bytes(variant.body.clone()),
+                            Text(variant.version.clone()),
+                            Int(created_at_ms),
+                            Int(updated_at_ms),
+                            OptInt(ttl),
+                        ],
+                    )
+                    .await?;
+                history
+                    .push(
+                        tx,
+                        [
+                            Int(revision as i64),
+                            Text(key.type_url.clone()),
+                            Text(key.name.clone()),
+                            Int(position as i64),
+                            Text(id),
+                            Text(constraints),
+                            Bytes(variant.body.clone()),
+                            Text(variant.version.clone()),
+                            OptInt(ttl),
+                        ],
+                    )
+                    .await?;
+            }
+            for target in &resource.redirects {
+                redirects
+                    .push(
+                        tx,
+                        [
+                            Text(key.type_url.clone()),
+                            Text(key.name.clone()),
+                            Text(target.clone()),
+                        ],
+                    )
+                    .await?;
+            }
+            if key.type_url.ends_with(CLUSTER) {
+                for child in resource.aggregate_children.iter().flatten() {
+                    edges
+                        .push(tx, [Text(key.name.clone()), Text(child.clone())])
+                        .await?;
+                }
+            }
+        }
+        variants.flush(tx).await?;
+        history.flush(tx).await?;
+        redirects.flush(tx).await?;
+        edges.flush(tx).await?;
     }
     Ok(())
 }
@@ -573,7 +638,13 @@ async fn insert_revision(
         .bind(message.map(str::to_owned))
         .execute(&mut **tx)
         .await?;
+    let mut rows = bulk::Rows::new(
+        "INSERT INTO vxds_revision_changes (revision, type_url, name, change, version)",
+        5,
+        "",
+    );
     for change in changes {
+<<<<<<< HEAD
         sqlx::query(
             "INSERT INTO vxds_revision_changes (revision, type_url, name, change, version, shared) \
              VALUES ($1, $2, $3, $4, $5, $6)",
@@ -587,7 +658,20 @@ async fn insert_revision(
             (change.change != ChangeKind::Deleted).then(|| i64::from(shared.contains(&change.key))),
         )
         .execute(&mut **tx)
+=======
+        use bulk::Value::{Int, OptText, Text};
+        rows.push(
+            tx,
+            [
+                Int(revision as i64),
+                Text(change.key.type_url.clone()),
+                Text(change.key.name.clone()),
+                Text(change.change.as_str().to_owned()),
+                OptText(change.version.clone()),
+            ],
+        )
+>>>>>>> bigstore
         .await?;
     }
-    Ok(())
+    rows.flush(tx).await
 }

@@ -87,12 +87,17 @@ async fn apply(
             }
         }
         let reply = target
+<<<<<<< HEAD
             .call(
                 Method::POST,
                 &path,
                 Some(&serde_json::to_value(&changeset)?),
             )
+=======
+            .send(Method::POST, "/v1/changesets", &changeset)
+>>>>>>> bigstore
             .await?;
+        drop(changeset);
         match reply.status {
             200 => {
                 print_result(&reply.body, fixtures);

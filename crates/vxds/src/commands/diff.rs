@@ -10,6 +10,7 @@
 //! a respelling the server would store identically is no difference. Resources the fixtures
 //! do not name are not compared.
 
+use std::collections::{BTreeSet, HashMap};
 use std::path::PathBuf;
 use std::process::ExitCode;
 
@@ -18,7 +19,9 @@ use axum::http::Method;
 use clap::Args;
 use serde_json::{Value, json};
 use similar::TextDiff;
-use vxds_envoy::changeset::{Action, ResourceKey, ValidationConfig, validate_standalone};
+use vxds_envoy::changeset::{
+    Action, ResourceKey, ValidatedResource, ValidationConfig, validate_standalone,
+};
 use vxds_envoy::resource::ResourceType;
 
 use crate::fixtures;
@@ -61,24 +64,14 @@ pub async fn run(args: DiffArgs) -> anyhow::Result<ExitCode> {
             return Ok(ExitCode::from(FAILED));
         }
     };
-    let mut local = Vec::new();
-    for op in validated.operations {
-        let Action::Put(resource) = op.action else {
-            continue; // fixtures only put
-        };
-        let ty = ResourceType::resolve(&op.key.type_url)?;
-        let variants = resource
-            .variants
-            .iter()
-            .map(|v| {
-                let body = vxds_envoy::resource::Body::json_of_any(&v.body, &ty)
-                    .map_err(|e| anyhow::anyhow!("{}", e.message))?;
-                let ttl = v.ttl.map(|t| humantime::format_duration(t).to_string());
-                Ok((v.constraints.to_string(), compared(body, ttl.as_deref())))
-            })
-            .collect::<anyhow::Result<_>>()?;
-        local.push((op.key, variants));
-    }
+    let local: Vec<(ResourceKey, ValidatedResource)> = validated
+        .operations
+        .into_iter()
+        .filter_map(|op| match op.action {
+            Action::Put(resource) => Some((op.key, resource)),
+            Action::Delete => None, // fixtures only put
+        })
+        .collect();
 
     let target = Target::connect(&args.target).await?;
     let mut result = compare(&target, &local, args.context).await;
@@ -108,14 +101,62 @@ fn compared(body: Value, ttl: Option<&str>) -> Value {
     }
 }
 
+/// Above this many resources, the diff reads the stored versions a page at a time first and
+/// fetches only the resources whose version differs, instead of fetching each one.
+const LISTED_ABOVE: usize = 100;
+
+/// A validated resource's variants, in the form the diff compares.
+fn local_variants(key: &ResourceKey, resource: &ValidatedResource) -> anyhow::Result<Variants> {
+    let ty = ResourceType::resolve(&key.type_url)?;
+    resource
+        .variants
+        .iter()
+        .map(|v| {
+            let body = vxds_envoy::resource::Body::json_of_any(&v.body, &ty)
+                .map_err(|e| anyhow::anyhow!("{}", e.message))?;
+            let ttl = v.ttl.map(|t| humantime::format_duration(t).to_string());
+            Ok((v.constraints.to_string(), compared(body, ttl.as_deref())))
+        })
+        .collect()
+}
+
+/// Every stored version of the types `local` names, read a page at a time.
+async fn stored_versions(
+    target: &Target,
+    local: &[(ResourceKey, ValidatedResource)],
+) -> anyhow::Result<HashMap<(String, String), String>> {
+    let types: BTreeSet<&str> = local.iter().map(|(k, _)| k.type_url.as_str()).collect();
+    let mut versions = HashMap::new();
+    for type_url in types {
+        for (key, version) in target.list_versions(Some(type_url)).await? {
+            versions.insert(key, version);
+        }
+    }
+    Ok(versions)
+}
+
 /// The unified diffs of every resource that differs; empty when none does.
 async fn compare(
     target: &Target,
-    local: &[(ResourceKey, Variants)],
+    local: &[(ResourceKey, ValidatedResource)],
     context: usize,
 ) -> anyhow::Result<String> {
+    let versions = if local.len() > LISTED_ABOVE {
+        Some(stored_versions(target, local).await?)
+    } else {
+        None
+    };
     let mut out = String::new();
-    for (key, variants) in local {
+    for (key, resource) in local {
+        if let Some(versions) = &versions {
+            let stored = versions.get(&(key.type_url.clone(), key.name.clone()));
+            // The version hashes every variant's constraints, body and TTL, in order: all
+            // the diff compares.
+            if stored == Some(&resource.version) {
+                continue;
+            }
+        }
+        let variants = &local_variants(key, resource)?;
         let path = format!(
             "/v1/resources/{}/{}",
             segment(&key.type_url),
