@@ -54,10 +54,10 @@ impl TypeState {
 
     /// The shortest TTL among what heartbeats renew on this type; `None` when nothing.
     pub fn shortest_ttl(&self, delta: bool) -> Option<Duration> {
+        // On every turn of every stream's loop: the TTL first, which most items lack.
         self.accepted
             .iter()
-            .filter(|(key, _)| !delta || self.delta_heartbeats(key))
-            .filter_map(|(_, item)| item.ttl())
+            .filter_map(|(key, item)| item.ttl().filter(|_| !delta || self.delta_heartbeats(key)))
             .min()
     }
 
