@@ -632,6 +632,13 @@ impl StreamMachine {
     /// only the removals the client's accepted configuration still names (`Settled`), until
     /// a later update is accepted.
     pub fn poll(&mut self, snapshot: &Snapshot) -> Vec<Response> {
+        // Most polls follow an ACK with nothing else pending: nothing to compute or send.
+        if self.types.values().all(|ty| ty.quiet()) {
+            for ty in self.types.values_mut() {
+                ty.free_emptied();
+            }
+            return Vec::new();
+        }
         for ty in self.types.values_mut() {
             ty.refresh(snapshot);
         }
@@ -777,20 +784,24 @@ impl StreamMachine {
     }
 
     fn record_sent(&mut self, response: &Response) {
-        let type_url = response.type_url().to_owned();
+        let type_url = response.type_url();
         let version = match response {
-            Response::Sotw(r) => r.version_info.clone(),
-            Response::Delta(r) => r.system_version_info.clone(),
+            Response::Sotw(r) => &r.version_info,
+            Response::Delta(r) => &r.system_version_info,
         };
-        if let Ok(mut status) = self.status.lock() {
-            let entry = type_entry(&mut status, &type_url);
-            entry.last_sent = Some(SentVersion {
-                version,
-                nonce: response.nonce().to_owned(),
-                at: now(),
-            });
+        let Ok(mut status) = self.status.lock() else {
+            return;
+        };
+        let entry = type_entry(&mut status, type_url);
+        // Once per response on every stream: the strings are rewritten in place.
+        let sent = entry.last_sent.get_or_insert_with(SentVersion::default);
+        overwrite(&mut sent.version, version);
+        overwrite(&mut sent.nonce, response.nonce());
+        now_into(&mut sent.at);
+        // What the client holds changed; its subscriptions did not.
+        if let Some(ty) = self.types.get_mut(type_url) {
+            apply_held_changes(ty, entry);
         }
-        self.refresh_status(&type_url, false);
     }
 
     /// Mirrors one type's state into the shared status.
@@ -812,15 +823,39 @@ impl StreamMachine {
         if let Some(sources) = sources {
             entry.param_sources = crate::status::shared_param_sources(sources);
         }
-        match ty.take_held_changes() {
-            HeldChanges::All => entry.resources = ty.held().collect(),
-            HeldChanges::Some(changes) => {
-                for (key, held) in changes {
-                    entry.resources.apply(key, held);
-                }
+        apply_held_changes(ty, entry);
+    }
+}
+
+/// Mirrors what the client holds of `ty` into its status entry.
+fn apply_held_changes(ty: &mut TypeState, entry: &mut TypeStatus) {
+    match ty.take_held_changes() {
+        HeldChanges::All => entry.resources = ty.held().collect(),
+        HeldChanges::Some(changes) => {
+            for (key, held) in changes {
+                entry.resources.apply(key, held);
             }
         }
     }
+}
+
+/// `*to = from`, reusing `to`'s allocation.
+fn overwrite(to: &mut String, from: &str) {
+    to.clear();
+    to.push_str(from);
+}
+
+/// [`now`] written into `to`, reusing its allocation.
+fn now_into(to: &mut String) {
+    let mut bytes = std::mem::take(to).into_bytes();
+    bytes.clear();
+    if OffsetDateTime::now_utc()
+        .format_into(&mut bytes, &Rfc3339)
+        .is_err()
+    {
+        bytes.clear();
+    }
+    *to = String::from_utf8(bytes).unwrap_or_default();
 }
 
 /// Secrets are asked for by name: a wildcard or a glob would hand a client every secret it can
@@ -876,11 +911,11 @@ fn record_ack(
     match ack {
         Ack::Acked { version } => {
             outcome.acks.push(type_url.to_owned());
-            entry.last_acked = Some(Acked {
-                version,
-                nonce: nonce.to_owned(),
-                at: now(),
-            });
+            // Once per ACK on every stream: the strings are rewritten in place.
+            let acked = entry.last_acked.get_or_insert_with(Acked::default);
+            acked.version = version;
+            overwrite(&mut acked.nonce, nonce);
+            now_into(&mut acked.at);
         }
         Ack::Nacked { version, message } => {
             outcome.nacks.push(type_url.to_owned());

@@ -115,6 +115,16 @@ struct Args {
     /// The running servers' process ids (same order), for memory and CPU figures.
     #[arg(long, value_delimiter = ',')]
     server_pid: Vec<u32>,
+    /// Dedicated cores (`taskset`): every server on core 0, the load generator on core 1, so
+    /// that neither's CPU hides the other's (a server started here starts on core 0, so its
+    /// runtime sizes itself to one core).
+    #[arg(long)]
+    pin: bool,
+    /// A shell command run (`sh -c`) just before the first measured round with `ROUNDS=start`
+    /// and just after the last with `ROUNDS=end`, and `SERVER_PID` set: e.g. to switch a
+    /// profiler or `callgrind_control -i on` over the fan-out window only.
+    #[arg(long)]
+    rounds_hook: Option<String>,
 }
 
 #[derive(Clone, Copy, PartialEq, Eq, ValueEnum)]
@@ -455,6 +465,12 @@ async fn main() -> anyhow::Result<()> {
         if args.xds_url.len() != args.server_pid.len() {
             bail!("--xds-url and --server-pid need one entry per server");
         }
+        if args.pin {
+            for pid in &args.server_pid {
+                pin(*pid, "0")?;
+            }
+            pin(std::process::id(), "1")?;
+        }
         let targets = Targets {
             admin: admin.clone(),
             xds: args.xds_url.clone(),
@@ -480,6 +496,10 @@ async fn main() -> anyhow::Result<()> {
         None
     };
     let serve_args: Vec<&str> = args.serve_arg.iter().map(String::as_str).collect();
+    if args.pin {
+        // The servers inherit core 0 from this process as they start.
+        pin(std::process::id(), "0")?;
+    }
     let mut servers = Vec::new();
     for replica in 0..args.replicas.max(1) {
         let replica_dir = dir.path().join(format!("replica-{replica}"));
@@ -497,6 +517,10 @@ async fn main() -> anyhow::Result<()> {
             )
         })?);
     }
+    if args.pin {
+        pin(std::process::id(), "1")?;
+        println!("pinned: servers on core 0, the load generator on core 1");
+    }
     let targets = Targets {
         admin: servers[0].admin_url.clone(),
         xds: servers
@@ -512,6 +536,37 @@ async fn main() -> anyhow::Result<()> {
         db.remove().await;
     }
     result
+}
+
+/// Puts every thread of process `pid` on `cores` (`taskset -a -p -c`).
+fn pin(pid: u32, cores: &str) -> anyhow::Result<()> {
+    let status = std::process::Command::new("taskset")
+        .args(["-a", "-p", "-c", cores, &pid.to_string()])
+        .stdout(std::process::Stdio::null())
+        .status()
+        .context("running taskset (util-linux) for --pin")?;
+    if !status.success() {
+        bail!("taskset -a -p -c {cores} {pid}: {status}");
+    }
+    Ok(())
+}
+
+/// Runs `--rounds-hook` with `ROUNDS=phase`, waiting for it.
+fn rounds_hook(args: &Args, targets: &Targets, phase: &str) -> anyhow::Result<()> {
+    let Some(hook) = &args.rounds_hook else {
+        return Ok(());
+    };
+    let pids: Vec<String> = targets.pids.iter().map(u32::to_string).collect();
+    let status = std::process::Command::new("sh")
+        .args(["-c", hook])
+        .env("ROUNDS", phase)
+        .env("SERVER_PID", pids.join(","))
+        .status()
+        .context("running --rounds-hook")?;
+    if !status.success() {
+        bail!("--rounds-hook ({phase}): {status}");
+    }
+    Ok(())
 }
 
 /// The database's committed transactions and rows read so far (`pg_stat_database`).
@@ -699,6 +754,7 @@ async fn run(args: &Args, targets: &Targets) -> anyhow::Result<()> {
     };
     let mut all_latencies = Vec::new();
     let mut round_p99s = Vec::new();
+    rounds_hook(args, targets, "start")?;
     for round in 1..=args.rounds as u64 {
         let (_, cpu_before) = servers_usage(&targets.pids)?;
         let (_, _, own_before) = process_usage(std::process::id())?;
@@ -746,6 +802,7 @@ async fn run(args: &Args, targets: &Targets) -> anyhow::Result<()> {
         all_latencies.extend(latencies);
         tokio::time::sleep(Duration::from_millis(500)).await; // ACKs in before the next change
     }
+    rounds_hook(args, targets, "end")?;
     if let (Some(url), Some(((xacts, rows), since)), Some((idle_xacts, idle_rows))) =
         (database, database_before, idle_rate)
     {

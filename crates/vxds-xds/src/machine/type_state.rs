@@ -287,6 +287,21 @@ impl TypeState {
         }
     }
 
+    /// Whether a poll would find nothing to do for this type: nothing to refresh, nothing that
+    /// may differ from what the client has, nothing to answer or report, no removal waiting.
+    /// The common case after an ACK, which every stream sends for every response.
+    pub fn quiet(&self) -> bool {
+        !self.full_refresh
+            && !self.force_send
+            && !self.reported_pending
+            && self.stale_normals.is_empty()
+            && self.dirty.is_empty()
+            && self.removal_stamps.is_empty()
+            && self.missing.is_empty()
+            && self.glob_members.is_empty()
+            && self.reported_names.is_empty()
+    }
+
     /// Frees the bookkeeping that emptied: an emptied B-tree keeps its first node (up to
     /// 700 bytes), and an idle stream would keep several, all empty. Called once per poll.
     pub fn free_emptied(&mut self) {

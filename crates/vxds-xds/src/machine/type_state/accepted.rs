@@ -116,9 +116,11 @@ impl TypeState {
     /// The client accepted response `seq`: it holds what it carried, and what every earlier
     /// unanswered response carried (clients answer in order; a SotW response supersedes).
     pub(super) fn accept_through(&mut self, seq: u64) {
-        let later = self.unacked.split_off(&(seq + 1));
-        let done = std::mem::replace(&mut self.unacked, later);
-        for (_, carried) in done {
+        // Taken from the front, one at a time: usually the only one (a split would allocate).
+        while let Some(first) = self.unacked.first_entry()
+            && *first.key() <= seq
+        {
+            let carried = first.remove();
             match carried {
                 Carried::Changes(changes) => {
                     for (key, item) in changes {

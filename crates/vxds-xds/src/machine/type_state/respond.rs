@@ -231,13 +231,12 @@ impl TypeState {
             entries.insert(key.clone(), (entry(&key, &item), item));
         }
 
-        let mut parts: Vec<&[u8]> = vec![self.type_url.as_bytes()];
-        let labels: Vec<String> = entries
+        let labelled: Vec<(&ItemKey, &Arc<str>)> = entries
             .iter()
-            .map(|(k, (_, item))| format!("{k:?}={}", item.version()))
+            .map(|(k, (_, item))| (k, item.version()))
             .collect();
-        parts.extend(labels.iter().map(|l| l.as_bytes()));
-        let version = content_hash("vxds.sotw.v1", &parts);
+        let version = shared_sotw_version(&self.type_url, &labelled);
+        drop(labelled);
         let force = std::mem::take(&mut self.force_send);
         let repeat = self.last_version.as_deref() == Some(version.as_str());
         let refused = self.nacked_version.as_deref() == Some(version.as_str());
@@ -509,6 +508,125 @@ impl TypeState {
     }
 }
 
+/// A SotW response's version: a hash of the type and of each entry's key and version (the
+/// label `{key:?}={version}`). Computed by every SotW stream for every response: the labels are
+/// written into one buffer, and a plain name's label without the formatting machinery.
+fn sotw_version<'a>(
+    type_url: &str,
+    entries: impl Iterator<Item = (&'a ItemKey, &'a Arc<str>)>,
+) -> String {
+    use std::fmt::Write;
+    let mut labels = String::new();
+    let mut ends = Vec::new();
+    for (key, version) in entries {
+        match key {
+            // `{key:?}` spelled out: the same bytes when nothing in the name needs escaping.
+            ItemKey::Name(name) if !name.chars().any(|c| c.escape_debug().len() != 1) => {
+                labels.push_str("Name(\"");
+                labels.push_str(name);
+                labels.push_str("\")=");
+                labels.push_str(version);
+            }
+            _ => {
+                let _ = write!(labels, "{key:?}={version}");
+            }
+        }
+        ends.push(labels.len());
+    }
+    let mut parts: Vec<&[u8]> = Vec::with_capacity(ends.len() + 1);
+    parts.push(type_url.as_bytes());
+    let mut start = 0;
+    for end in ends {
+        parts.push(&labels.as_bytes()[start..end]);
+        start = end;
+    }
+    content_hash("vxds.sotw.v1", &parts)
+}
+
+/// A SotW version computed once, for every stream whose state is the same items: keys and
+/// versions are the index's shared `Arc`s, which the entry holds, so equal pointers are equal
+/// contents (a different pointer with equal contents only misses).
+struct MemoEntry {
+    type_url: String,
+    labels: Vec<(ItemKey, Arc<str>)>,
+    version: String,
+}
+
+impl MemoEntry {
+    fn matches(&self, type_url: &str, labels: &[(&ItemKey, &Arc<str>)]) -> bool {
+        self.type_url == type_url
+            && self.labels.len() == labels.len()
+            && self
+                .labels
+                .iter()
+                .zip(labels)
+                .all(|((k, v), (key, version))| {
+                    Arc::ptr_eq(v, version)
+                        && match (k, key) {
+                            (ItemKey::Name(a), ItemKey::Name(b)) => Arc::ptr_eq(a, b),
+                            (ItemKey::Variant(a, x), ItemKey::Variant(b, y)) => {
+                                Arc::ptr_eq(a, b) && x == y
+                            }
+                            _ => false,
+                        }
+                })
+    }
+}
+
+/// Memoised SotW versions, by a hash of their labels' pointers. Bounded: emptied when full,
+/// and states larger than [`MEMO_MAX_LABELS`] are not kept.
+static SOTW_VERSIONS: std::sync::LazyLock<
+    std::sync::Mutex<std::collections::HashMap<u64, MemoEntry>>,
+> = std::sync::LazyLock::new(Default::default);
+const MEMO_MAX_ENTRIES: usize = 4096;
+const MEMO_MAX_LABELS: usize = 1024;
+
+/// [`sotw_version`], computed once per distinct state across the streams: at fan-out every
+/// SotW stream of a type whose subscription resolves alike sends the same state, and the hash
+/// (with its labels) was the largest part of a SotW stream's cost per revision.
+fn shared_sotw_version(type_url: &str, labels: &[(&ItemKey, &Arc<str>)]) -> String {
+    use std::hash::{Hash, Hasher};
+    if labels.len() > MEMO_MAX_LABELS {
+        return sotw_version(type_url, labels.iter().copied());
+    }
+    let mut hasher = std::collections::hash_map::DefaultHasher::new();
+    type_url.hash(&mut hasher);
+    for (key, version) in labels {
+        let (name, id) = match key {
+            ItemKey::Name(n) => (n, None),
+            ItemKey::Variant(n, id) => (n, Some(id)),
+        };
+        Arc::as_ptr(name).cast::<u8>().hash(&mut hasher);
+        id.hash(&mut hasher);
+        Arc::as_ptr(version).cast::<u8>().hash(&mut hasher);
+    }
+    let fingerprint = hasher.finish();
+    if let Ok(memo) = SOTW_VERSIONS.lock()
+        && let Some(entry) = memo.get(&fingerprint)
+        && entry.matches(type_url, labels)
+    {
+        return entry.version.clone();
+    }
+    let version = sotw_version(type_url, labels.iter().copied());
+    if let Ok(mut memo) = SOTW_VERSIONS.lock() {
+        if memo.len() >= MEMO_MAX_ENTRIES {
+            memo.clear();
+        }
+        memo.insert(
+            fingerprint,
+            MemoEntry {
+                type_url: type_url.to_owned(),
+                labels: labels
+                    .iter()
+                    .map(|(k, v)| ((*k).clone(), (*v).clone()))
+                    .collect(),
+                version: version.clone(),
+            },
+        );
+    }
+    version
+}
+
 /// A SotW entry: wrapped in `Resource` when named with constraints, when it carries a TTL,
 /// when it is a redirect (TP1: a `ResourceLocator` in a `Resource`), or when the client asks
 /// for every resource wrapped; bare otherwise.
@@ -517,5 +635,62 @@ pub(super) fn sotw_entry(key: &ItemKey, item: &Item, wrap_all: bool) -> SotwEntr
         SotwEntry::Wrapped(item.wrapped(key.name()))
     } else {
         SotwEntry::Bare(item.variant().body.clone())
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// The version is the hash of `{key:?}={version}` labels, however they are written.
+    #[test]
+    fn sotw_version_hashes_the_debug_labels() {
+        let keys = [
+            ItemKey::Name("c0".into()),
+            ItemKey::Name("xdstp://a/envoy.config.cluster.v3.Cluster/x?k=v".into()),
+            ItemKey::Name("quote\"tab\tend".into()),
+            ItemKey::Name("ünï".into()),
+            ItemKey::Variant("v".into(), vxds_core::ConstraintsId::MIN),
+        ];
+        let versions: Vec<Arc<str>> = (0..keys.len()).map(|i| format!("h{i}").into()).collect();
+        let labels: Vec<String> = keys
+            .iter()
+            .zip(&versions)
+            .map(|(k, v)| format!("{k:?}={v}"))
+            .collect();
+        let mut parts: Vec<&[u8]> = vec![b"t"];
+        parts.extend(labels.iter().map(|l| l.as_bytes()));
+        assert_eq!(
+            sotw_version("t", keys.iter().zip(&versions)),
+            content_hash("vxds.sotw.v1", &parts)
+        );
+        assert_ne!(
+            sotw_version("t", keys.iter().zip(&versions).take(4)),
+            content_hash("vxds.sotw.v1", &parts)
+        );
+        // Shared: the same answer from the memo, and for equal contents in other `Arc`s.
+        let labels: Vec<(&ItemKey, &Arc<str>)> = keys.iter().zip(&versions).collect();
+        let expected = content_hash("vxds.sotw.v1", &parts);
+        assert_eq!(shared_sotw_version("t", &labels), expected);
+        assert_eq!(shared_sotw_version("t", &labels), expected);
+        let copies: Vec<(ItemKey, Arc<str>)> = keys
+            .iter()
+            .zip(&versions)
+            .map(|(k, v)| {
+                let k = match k {
+                    ItemKey::Name(n) => ItemKey::Name(Arc::from(&**n)),
+                    ItemKey::Variant(n, id) => ItemKey::Variant(Arc::from(&**n), *id),
+                };
+                (k, Arc::from(&**v))
+            })
+            .collect();
+        let copied: Vec<(&ItemKey, &Arc<str>)> = copies.iter().map(|(k, v)| (k, v)).collect();
+        assert_eq!(shared_sotw_version("t", &copied), expected);
+        // Another version of one item: another hash, not the memo's.
+        let other: Arc<str> = "h9".into();
+        let mut changed = labels.clone();
+        changed[0].1 = &other;
+        assert_ne!(shared_sotw_version("t", &changed), expected);
+        assert_ne!(shared_sotw_version("u", &labels), expected);
     }
 }
