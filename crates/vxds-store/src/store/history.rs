@@ -64,17 +64,10 @@ impl Store {
         self.guarded(async {
             let mut tx = self.begin_snapshot().await?;
             refuse_pruned(&mut tx, revision, revision).await?;
-<<<<<<< HEAD
-            let mut resources = Vec::with_capacity(found.changes.len());
-            for change in &found.changes {
-                let before = state_at(&mut tx, &change.key, revision - 1).await?.state;
-                let after = state_at(&mut tx, &change.key, revision).await?.state;
-=======
             let mut resources = Vec::with_capacity(end - start);
             for change in &found.changes[start..end] {
-                let before = state_at(&mut tx, &change.key, revision - 1).await?;
-                let after = state_at(&mut tx, &change.key, revision).await?;
->>>>>>> bigstore
+                let before = state_at(&mut tx, &change.key, revision - 1).await?.state;
+                let after = state_at(&mut tx, &change.key, revision).await?.state;
                 resources.push(ResourceDiff {
                     change: change.clone(),
                     before,

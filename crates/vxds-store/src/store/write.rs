@@ -227,31 +227,6 @@ impl Store {
             .operations
             .iter()
             .filter(|op| changed.contains(&op.key))
-<<<<<<< HEAD
-        {
-            match &op.action {
-                Action::Delete => delete_resource(&mut tx, &op.key).await?,
-                Action::Put(resource) => {
-                    put_resource(
-                        &mut tx,
-                        &op.key,
-                        resource,
-                        current.get(&op.key),
-                        revision,
-                        now,
-                    )
-                    .await?
-                }
-            }
-        }
-        // Kept with each put's change, so that a restore brings the sharing back too.
-        let shared: BTreeSet<&ResourceKey> = changeset
-            .operations
-            .iter()
-            .filter(|op| matches!(&op.action, Action::Put(r) if r.shared))
-            .map(|op| &op.key)
-            .collect();
-=======
             .collect();
         drop(changed);
         let deleted: Vec<&ResourceKey> = changed_ops
@@ -270,7 +245,13 @@ impl Store {
             .collect();
         put_resources(&mut tx, &puts, &current, revision, now).await?;
         drop((puts, changed_ops));
->>>>>>> bigstore
+        // Kept with each put's change, so that a restore brings the sharing back too.
+        let shared: BTreeSet<&ResourceKey> = changeset
+            .operations
+            .iter()
+            .filter(|op| matches!(&op.action, Action::Put(r) if r.shared))
+            .map(|op| &op.key)
+            .collect();
         insert_revision(
             &mut tx,
             revision,
@@ -639,27 +620,12 @@ async fn insert_revision(
         .execute(&mut **tx)
         .await?;
     let mut rows = bulk::Rows::new(
-        "INSERT INTO vxds_revision_changes (revision, type_url, name, change, version)",
-        5,
+        "INSERT INTO vxds_revision_changes (revision, type_url, name, change, version, shared)",
+        6,
         "",
     );
     for change in changes {
-<<<<<<< HEAD
-        sqlx::query(
-            "INSERT INTO vxds_revision_changes (revision, type_url, name, change, version, shared) \
-             VALUES ($1, $2, $3, $4, $5, $6)",
-        )
-        .bind(revision as i64)
-        .bind(&change.key.type_url)
-        .bind(&change.key.name)
-        .bind(change.change.as_str())
-        .bind(change.version.clone())
-        .bind(
-            (change.change != ChangeKind::Deleted).then(|| i64::from(shared.contains(&change.key))),
-        )
-        .execute(&mut **tx)
-=======
-        use bulk::Value::{Int, OptText, Text};
+        use bulk::Value::{Int, OptInt, OptText, Text};
         rows.push(
             tx,
             [
@@ -668,9 +634,12 @@ async fn insert_revision(
                 Text(change.key.name.clone()),
                 Text(change.change.as_str().to_owned()),
                 OptText(change.version.clone()),
+                OptInt(
+                    (change.change != ChangeKind::Deleted)
+                        .then(|| i64::from(shared.contains(&change.key))),
+                ),
             ],
         )
->>>>>>> bigstore
         .await?;
     }
     rows.flush(tx).await

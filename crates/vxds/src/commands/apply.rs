@@ -87,15 +87,7 @@ async fn apply(
             }
         }
         let reply = target
-<<<<<<< HEAD
-            .call(
-                Method::POST,
-                &path,
-                Some(&serde_json::to_value(&changeset)?),
-            )
-=======
-            .send(Method::POST, "/v1/changesets", &changeset)
->>>>>>> bigstore
+            .send(Method::POST, &path, &changeset)
             .await?;
         drop(changeset);
         match reply.status {
