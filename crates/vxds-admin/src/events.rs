@@ -137,8 +137,10 @@ pub struct LaggedEvent {
 #[derive(Clone, Copy, Debug, Serialize, ToSchema)]
 #[serde(rename_all = "snake_case")]
 pub enum ResetReason {
-    /// The store's head went backwards (a restored database): revisions continue from
-    /// `revision`; what the reader knows beyond it is gone.
+    /// The database no longer holds what the server had indexed: its head went backwards, or
+    /// the same revision number now holds another commit (a restored database, a failover to
+    /// a lagging standby). The server reloaded it; revisions continue from `revision`, and
+    /// what the reader was told (even at revisions up to it) no longer holds: re-read.
     HeadWentBack,
     /// The reader fell further behind than its queue holds: the stream ends after this
     /// event; resume with `Last-Event-ID` (its id) to re-read the revisions from the store,
@@ -236,7 +238,7 @@ fn last_event_id(headers: &HeaderMap) -> Result<Option<u64>, ApiError> {
         ("Last-Event-ID" = Option<u64>, Header, description = "Resume: replay every revision after this one first"),
     ),
     responses(
-        (status = 200, description = "A `text/event-stream` (with `X-Accel-Buffering: no`): with `Last-Event-ID`, the revisions after it replayed first; then `hello` (id: the revision the reader is current with); then live `revision` events (id: the revision number; `change_count` and the first 100 changed names), `client_connected`, `client_disconnected`, `ack`, `nack` (with the client's error text), `lagged` (client events the server missed) and `reset` (`head_went_back`: a restored database; `slow_reader`: the reader fell more than its queue (1 MiB) behind, and the stream ends so that it resumes with `Last-Event-ID`); keep-alive comments while idle. Each `data:` is the JSON of the `StreamEvent` variant the `event:` names (`client` for the four client events, told apart by their `event` field).", body = StreamEvent, content_type = "text/event-stream"),
+        (status = 200, description = "A `text/event-stream` (with `X-Accel-Buffering: no`): with `Last-Event-ID`, the revisions after it replayed first; then `hello` (id: the revision the reader is current with); then live `revision` events (id: the revision number; `change_count` and the first 100 changed names), `client_connected`, `client_disconnected`, `ack`, `nack` (with the client's error text), `lagged` (client events the server missed) and `reset` (`head_went_back`: a restored database or a failover to a lagging standby, even at the same revision number; `slow_reader`: the reader fell more than its queue (1 MiB) behind, and the stream ends so that it resumes with `Last-Event-ID`); keep-alive comments while idle. Each `data:` is the JSON of the `StreamEvent` variant the `event:` names (`client` for the four client events, told apart by their `event` field).", body = StreamEvent, content_type = "text/event-stream"),
         (status = 400, description = "A `Last-Event-ID` that is not a revision number", body = ProblemBody, content_type = "application/problem+json"),
         (status = 503, description = "As many event streams are open as `--max-event-readers` allows (default 256; `too_many_event_readers`), or the server is shutting down (`draining`); `Retry-After` says when to try again", body = ProblemBody, content_type = "application/problem+json"),
         ReadProblems,
@@ -379,11 +381,13 @@ impl Reader {
                                 self.last = n;
                                 return Some(frame.bytes);
                             }
-                            Kind::Reset(n) if n < self.last => {
+                            // The index was reloaded (the database went back, or diverged
+                            // at the same number): what the reader was told no longer holds.
+                            Kind::Reset(n) => {
                                 self.last = n;
                                 return Some(frame.bytes);
                             }
-                            Kind::Revision(_) | Kind::Reset(_) => {}
+                            Kind::Revision(_) => {}
                             Kind::Client => return Some(frame.bytes),
                         },
                     }

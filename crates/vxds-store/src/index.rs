@@ -24,7 +24,7 @@ use vxds_envoy::constraints::constraints_to_proto;
 use vxds_envoy::pb::envoy::service::discovery::v3::DynamicParameterConstraints;
 
 use crate::error::StoreError;
-use crate::model::{ChangeBatch, StoredResource};
+use crate::model::{ChangeBatch, Followed, StoredResource};
 use crate::store::{Store, retry_policy};
 
 /// The default bound of the change lists a snapshot remembers for consumers that fell behind
@@ -216,6 +216,13 @@ pub struct RevisionChanges {
 #[derive(Clone, Debug, Default)]
 pub struct Snapshot {
     pub revision: u64,
+    /// The revision's commit id (see [`ChangeBatch::commit_id`]).
+    pub commit_id: i64,
+    /// Counts the times the index was reloaded because the database no longer held what it
+    /// had indexed (a failover to a lagging standby, a restore). Snapshots of different
+    /// epochs do not follow one another: the same revision number may be other content, and
+    /// whoever follows the index treats everything as changed.
+    pub epoch: u64,
     resources: OrdMap<ResourceKey, Arc<IndexedResource>>,
     history: Vector<RevisionChanges>,
     /// The change lists' estimated size, and its bound.
@@ -403,6 +410,18 @@ impl Snapshot {
             }
         }
         next.revision = batch.revision;
+        next.commit_id = batch.commit_id;
+        next
+    }
+
+    /// The database's whole state (`batch` is complete) in place of this snapshot's, which
+    /// the database no longer holds: a new epoch.
+    pub fn reload(&self, batch: ChangeBatch) -> Snapshot {
+        let mut next = self.apply(ChangeBatch {
+            complete: true,
+            ..batch
+        });
+        next.epoch = self.epoch + 1;
         next
     }
 }
@@ -475,58 +494,74 @@ pub async fn start_with(
     ))
 }
 
-/// The one writer: waits for the head to pass the index, reads what changed, publishes.
+/// The one writer: waits for the head to pass the index (or for the store to ask for a check),
+/// reads what changed after the revision it holds, checking that the database still holds
+/// that revision as the same commit, and publishes. A database that no longer holds it (its
+/// head went back, or the number is another commit: a failover to a lagging standby, a
+/// restore) is loaded again whole, as a new epoch.
 async fn follow(store: Store, tx: watch::Sender<Arc<Snapshot>>) {
     let mut head = store.watch_head();
-    let mut resets = store.watch_resets();
+    let mut checks = store.watch_checks();
     loop {
         let current = tx.borrow().clone();
-        let reset = tokio::select! {
+        tokio::select! {
             moved = head.wait_for(|h| *h > current.revision) => {
                 if moved.is_err() {
                     warn!("the store's head watch closed; the index stops following");
                     return;
                 }
-                false
             }
-            reset = resets.changed() => {
-                if reset.is_err() {
+            checked = checks.changed() => {
+                if checked.is_err() {
                     return;
                 }
-                true
             }
-        };
-        if reset {
-            // The database went back in time: revision numbers may be reused, so nothing
-            // read before counts. Load it all again.
-            let batch = (|| store.current_state())
-                .retry(retry_policy())
-                .notify(
-                    |e, after| error!(error = %e, ?after, "reloading the index failed; retrying"),
-                )
-                .await;
-            match batch {
-                Ok(batch) => {
-                    let reloaded = current.apply(batch);
-                    warn!(
-                        revision = reloaded.revision,
-                        "index reloaded after the head went backwards"
-                    );
-                    tx.send_replace(Arc::new(reloaded));
-                }
-                Err(e) => error!(error = %e, "giving up on reloading the index"),
-            }
-            continue;
         }
-        let batch = (|| store.changes_since(current.revision))
+        let followed = (|| store.changes_after(current.revision, current.commit_id))
             .retry(retry_policy())
             .notify(|e, after| error!(error = %e, ?after, "reading changes for the index failed; retrying"))
             .await;
-        match batch {
-            Ok(batch) => {
+        match followed {
+            Ok(Followed::Changes(batch)) if batch.revision <= current.revision => {
+                // Nothing new. If the head this process knows of is ahead of the database (it
+                // heard of revisions a failover lost), it is set back, or this loop would spin.
+                if *head.borrow() > batch.revision {
+                    store.correct_head(batch.revision).await;
+                }
+            }
+            Ok(Followed::Changes(batch)) => {
                 let next = current.apply(batch);
                 debug!(revision = next.revision, "index advanced");
                 tx.send_replace(Arc::new(next));
+            }
+            Ok(Followed::Diverged { head: database }) => {
+                warn!(
+                    indexed = current.revision,
+                    database,
+                    "the database no longer holds the indexed revision (restored, or failed \
+                     over to a lagging replica); reloading the index"
+                );
+                let batch = (|| store.current_state())
+                    .retry(retry_policy())
+                    .notify(|e, after| {
+                        error!(error = %e, ?after, "reloading the index failed; retrying")
+                    })
+                    .await;
+                match batch {
+                    Ok(batch) => {
+                        let reloaded = current.reload(batch);
+                        warn!(
+                            revision = reloaded.revision,
+                            epoch = reloaded.epoch,
+                            "index reloaded from the database"
+                        );
+                        store.metrics().head_resets.inc();
+                        let revision = reloaded.revision;
+                        tx.send_replace(Arc::new(reloaded));
+                        store.correct_head(revision).await;
+                    }
+                    Err(e) => error!(error = %e, "giving up on reloading the index"),
+                }
             }
             Err(e) => error!(error = %e, "giving up on a batch of changes"),
         }
@@ -543,6 +578,7 @@ mod tests {
     fn batch(revision: u64, names: usize) -> ChangeBatch {
         ChangeBatch {
             revision,
+            commit_id: 0,
             revisions: vec![crate::model::RevisionChangeList {
                 revision,
                 committed_at_ms: 1,
@@ -610,6 +646,7 @@ mod tests {
         assert_eq!(made, 1);
         let next = snapshot.apply(ChangeBatch {
             revision: 1,
+            commit_id: 0,
             revisions: vec![],
             resources: vec![],
             deleted: vec![],

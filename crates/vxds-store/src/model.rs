@@ -192,6 +192,10 @@ impl StoredResource {
 pub struct ChangeBatch {
     /// The snapshot's head revision: the state below is exactly this revision's.
     pub revision: u64,
+    /// The head revision's commit id (random, recorded with it; 0 for revision 0 and for
+    /// revisions from before ids were recorded): another commit with the same number is
+    /// another history.
+    pub commit_id: i64,
     /// Each revision after the one asked for, with the resources it changed.
     pub revisions: Vec<RevisionChangeList>,
     /// The current state of every changed resource that still exists (all resources when
@@ -202,6 +206,20 @@ pub struct ChangeBatch {
     /// `resources` is the whole state, not what changed: whatever was held before is
     /// replaced (the first load, or a reader from before revisions the retention pruned).
     pub complete: bool,
+}
+
+/// What [`crate::Store::changes_after`] found.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub enum Followed {
+    /// The revisions after the one asked for, which the database still has.
+    Changes(ChangeBatch),
+    /// The database no longer has the revision asked for with that commit id: its head is
+    /// below it, or that number is another commit (a failover to a lagging standby, a
+    /// restore). Nothing read before counts; reload the whole state.
+    Diverged {
+        /// The database's head revision now.
+        head: u64,
+    },
 }
 
 /// A variant as a revision left it (from the variant history).

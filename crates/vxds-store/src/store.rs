@@ -6,7 +6,10 @@
 //! commit the head revision is published on a watch channel; with Postgres, `LISTEN/NOTIFY`
 //! tells every replica too ([`notify`]). A poller reads the head now and then ([`follow`]):
 //! the only way to learn of another process's commits on SQLite, and on Postgres the fallback
-//! when the LISTEN connection went half-open; it also notices a head that went backwards.
+//! when the LISTEN connection went half-open; it also notices a head that went backwards. The
+//! index checks that the revision it holds is still the database's (a commit id recorded per
+//! revision) whenever it reads changes, and when asked to after a reconnection, a poll or a
+//! head that went back: a failover to a lagging standby is found and the index reloaded.
 //! While the database cannot be reached, requests are refused at once ([`health`]).
 //! Replicas publish their client summaries for impact preview here too ([`summaries`]).
 //! History beyond the retention is pruned in the background, a batch at a time ([`prune`]).
@@ -103,8 +106,9 @@ impl Default for StoreOptions {
 pub struct StoreMetrics {
     /// Polls that found a revision LISTEN had not announced (Postgres).
     pub missed_notifications: Counter,
-    /// Times the database head was found below what this process had seen (a restore or a
-    /// failover to a lagging replica); the index is then reloaded.
+    /// Times the database was found to no longer hold the revision the index held (its head
+    /// went below it, or the number was committed again with other content: a restore or a
+    /// failover to a lagging replica); the index was then reloaded.
     pub head_resets: Counter,
     /// Reconnections of the LISTEN connection.
     pub listen_reconnects: Counter,
@@ -123,7 +127,7 @@ impl StoreMetrics {
         );
         registry.register(
             "vxds_store_head_resets",
-            "Times the database head went backwards (restore, failover); the index was reloaded",
+            "Times the database no longer held the indexed revision (head went back or diverged: restore, failover); the index was reloaded",
             self.head_resets.clone(),
         );
         registry.register(
@@ -156,8 +160,11 @@ struct Inner {
     backend: Backend,
     validation: ValidationConfig,
     head: watch::Sender<u64>,
-    /// Counts the times the head went backwards: the index reloads on each.
-    resets: watch::Sender<u64>,
+    /// Ticks when the index should check that the database still holds its revision: after
+    /// a (re)connection of LISTEN, a head found below what was seen, and each Postgres poll.
+    checks: watch::Sender<u64>,
+    /// What LISTEN has delivered.
+    notified: Arc<follow::Notified>,
     /// Writers of this process queue here before they take a connection, so that waiting
     /// for the head lock never ties up the pool that reads and readiness need.
     write_queue: tokio::sync::Semaphore,
@@ -244,6 +251,7 @@ impl Store {
         drop(setup_lock);
         let head = read_head(&pool).await?;
         let (head_tx, _) = watch::channel(head);
+        let notified = Arc::new(follow::Notified::new(head));
         let metrics = StoreMetrics::default();
         let health = Arc::new(health::Health::new(
             metrics.up.clone(),
@@ -255,14 +263,14 @@ impl Store {
                 backend,
                 validation: options.validation,
                 head: head_tx,
-                resets: watch::channel(0).0,
+                checks: watch::channel(0).0,
+                notified: notified.clone(),
                 write_queue: tokio::sync::Semaphore::new(1),
                 health: health.clone(),
                 metrics,
                 tasks: Mutex::new(Vec::new()),
             }),
         };
-        let notified = Arc::new(follow::Notified::new(head));
         // An in-memory SQLite database has no other writer to learn of.
         let pollable = !is_sqlite_memory(&url);
         let mut tasks = Vec::new();
@@ -281,6 +289,7 @@ impl Store {
                 acquire_timeout: options.acquire_timeout,
                 pool: store.inner.pool.clone(),
                 head: store.inner.head.clone(),
+                checks: store.inner.checks.clone(),
                 notified: notified.clone(),
                 health: health.clone(),
                 metrics: store.inner.metrics.clone(),
@@ -295,7 +304,7 @@ impl Store {
                 pool: store.inner.pool.clone(),
                 backend,
                 head: store.inner.head.clone(),
-                resets: store.inner.resets.clone(),
+                checks: store.inner.checks.clone(),
                 notified,
                 health,
                 metrics: store.inner.metrics.clone(),
@@ -313,10 +322,25 @@ impl Store {
         &self.inner.metrics
     }
 
-    /// Ticks each time the database head is found below what this process had seen (a
-    /// restore, a failover to a lagging replica): whatever was read before is void.
-    pub fn watch_resets(&self) -> watch::Receiver<u64> {
-        self.inner.resets.subscribe()
+    /// Ticks when the index should check the database still holds the revision it indexed
+    /// (see [`Store::changes_after`]).
+    pub(crate) fn watch_checks(&self) -> watch::Receiver<u64> {
+        self.inner.checks.subscribe()
+    }
+
+    /// Sets the head this process knows of to `revision`, read from the database just now
+    /// (below what was seen when the database went back in time, or ahead of what it holds),
+    /// then reads the head again so that a commit published meanwhile is not lost.
+    pub(crate) async fn correct_head(&self, revision: u64) {
+        self.inner.head.send_replace(revision);
+        self.inner
+            .notified
+            .revision
+            .store(revision, std::sync::atomic::Ordering::Relaxed);
+        if let Ok(database) = self.head_revision().await {
+            self.inner.notified.record(database);
+            self.publish_head(database);
+        }
     }
 
     pub fn backend(&self) -> Backend {

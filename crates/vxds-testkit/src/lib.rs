@@ -4,9 +4,11 @@
 //! Postgres databases are created on the server at `DATABASE_URL` (default
 //! `postgres://postgres@127.0.0.1:5432/postgres`) and dropped afterwards, even when the test
 //! fails. A missing Postgres fails the test loudly: these tests are never skipped. [`proxy`]
-//! stands between a store and Postgres for tests of a database that goes away.
+//! stands between a store and Postgres for tests of a database that goes away; [`cluster`]
+//! makes a test's own primary and streaming standby, for failovers.
 #![forbid(unsafe_code)]
 
+pub mod cluster;
 pub mod ports;
 pub mod proxy;
 pub mod serve;

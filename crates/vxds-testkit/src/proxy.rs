@@ -13,7 +13,7 @@ use tokio::task::{JoinHandle, JoinSet};
 pub struct TcpProxy {
     /// Where clients connect.
     pub addr: SocketAddr,
-    target: SocketAddr,
+    target: Mutex<SocketAddr>,
     running: Mutex<Option<JoinHandle<()>>>,
     frozen: tokio::sync::watch::Sender<bool>,
 }
@@ -31,7 +31,7 @@ impl TcpProxy {
         };
         let proxy = TcpProxy {
             addr: listener.local_addr()?,
-            target,
+            target: Mutex::new(target),
             running: Mutex::new(None),
             frozen: tokio::sync::watch::channel(false).0,
         };
@@ -64,6 +64,13 @@ impl TcpProxy {
         self.frozen.send_replace(true);
     }
 
+    /// Accepts again, on the same port, forwarding to `target` from now on: a database
+    /// address re-pointed at another server (a failover).
+    pub async fn resume_to(&self, target: SocketAddr) -> std::io::Result<()> {
+        *self.target.lock().expect("not poisoned") = target;
+        self.resume().await
+    }
+
     /// Accepts again, on the same port.
     pub async fn resume(&self) -> std::io::Result<()> {
         self.stop();
@@ -74,7 +81,7 @@ impl TcpProxy {
     }
 
     fn run(&self, listener: TcpListener) {
-        let target = self.target;
+        let target = *self.target.lock().expect("not poisoned");
         self.frozen.send_replace(false);
         let frozen = self.frozen.subscribe();
         let task = tokio::spawn(async move {

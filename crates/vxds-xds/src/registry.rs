@@ -546,11 +546,12 @@ pub async fn dispatch_changes(index: Index, registry: Arc<Registry>) {
     let mut snapshots = index.subscribe();
     loop {
         let snapshot = snapshots.borrow_and_update().clone();
-        let last = registry.snapshot().revision;
-        if snapshot.revision != last {
-            // A head that went backwards (a restored database) invalidates everything.
-            let changed = (snapshot.revision > last)
-                .then(|| snapshot.changed_since(last))
+        let last = registry.snapshot();
+        if snapshot.revision != last.revision || snapshot.epoch != last.epoch {
+            // A reloaded index (the database went back or diverged: a restore, a failover to
+            // a lagging standby) invalidates everything, even at the same revision number.
+            let changed = (snapshot.epoch == last.epoch && snapshot.revision > last.revision)
+                .then(|| snapshot.changed_since(last.revision))
                 .flatten();
             registry.dispatch(snapshot, changed);
         }

@@ -31,6 +31,8 @@ use vxds_xds::{XdsConfig, XdsMetrics, XdsServer};
 mod connections;
 #[path = "grpc/events.rs"]
 mod events;
+#[path = "grpc/failover.rs"]
+mod failover;
 #[path = "grpc/protocol.rs"]
 mod protocol;
 
@@ -50,7 +52,11 @@ struct Server {
 
 impl Server {
     async fn start(db: &TestDb, config: XdsConfig) -> Server {
-        let store = db.store().await;
+        Server::start_on(db.store().await, config).await
+    }
+
+    /// A server on `store`.
+    async fn start_on(store: Store, config: XdsConfig) -> Server {
         let (index, follower) = index::start(store.clone()).await.unwrap();
         let xds = Arc::new(XdsServer::new(
             index.clone(),

@@ -144,6 +144,8 @@ struct Inner {
     running: bool,
     /// The newest revision whose frame went to the queues.
     published: u64,
+    /// The index's epoch at `published`: another epoch is another history (a reload).
+    epoch: u64,
 }
 
 /// The server's event hub. Cheap to share.
@@ -224,7 +226,10 @@ impl Hub {
         if !inner.running {
             // Subscribed before the revision is read, so nothing falls between.
             let snapshots = state.index.subscribe();
-            inner.published = snapshots.borrow().revision;
+            (inner.published, inner.epoch) = {
+                let snapshot = snapshots.borrow();
+                (snapshot.revision, snapshot.epoch)
+            };
             let clients = state.clients.as_ref().map(|r| r.events.subscribe());
             inner.running = true;
             tokio::spawn(run(
@@ -244,7 +249,12 @@ impl Hub {
     }
 
     /// Hands `frames` to every queue; readers that overflow are forgotten and counted.
-    fn publish(&self, frames: &[Frame], revision: Option<u64>, metrics: &crate::AdminMetrics) {
+    fn publish(
+        &self,
+        frames: &[Frame],
+        revision: Option<(u64, u64)>,
+        metrics: &crate::AdminMetrics,
+    ) {
         let Ok(mut inner) = self.inner.lock() else {
             return;
         };
@@ -257,8 +267,9 @@ impl Hub {
         if dropped > 0 {
             metrics.event_readers_dropped.inc_by(dropped as u64);
         }
-        if let Some(revision) = revision {
+        if let Some((revision, epoch)) = revision {
             inner.published = revision;
+            inner.epoch = epoch;
         }
     }
 
@@ -284,14 +295,15 @@ impl Hub {
     }
 }
 
-/// The frames for what `snapshot` has beyond `published`: a `reset` if it went back, then one
-/// frame per revision. None if the index no longer remembers some of them (the hub fell
-/// further behind than the index keeps; every reader then re-reads from the store).
-fn frames_since(snapshot: &Snapshot, published: u64) -> Option<Vec<Frame>> {
+/// The frames for what `snapshot` has beyond `published` (of `epoch`): a `reset` if the index
+/// was reloaded (the database went back, or diverged at the same revision number: a restore,
+/// a failover to a lagging standby), else one frame per revision. None if the index no longer
+/// remembers some of them (the hub fell further behind than the index keeps; every reader
+/// then re-reads from the store).
+fn frames_since(snapshot: &Snapshot, published: u64, epoch: u64) -> Option<Vec<Frame>> {
     let mut frames = Vec::new();
-    let mut from = published;
-    if snapshot.revision < published {
-        from = snapshot.revision;
+    if snapshot.epoch != epoch || snapshot.revision < published {
+        let from = snapshot.revision;
         frames.push(Frame {
             kind: Kind::Reset(from),
             bytes: frame(
@@ -305,8 +317,8 @@ fn frames_since(snapshot: &Snapshot, published: u64) -> Option<Vec<Frame>> {
         });
         return Some(frames);
     }
-    let mut expected = from + 1;
-    for change in snapshot.revisions_since(from) {
+    let mut expected = published + 1;
+    for change in snapshot.revisions_since(published) {
         if change.revision != expected {
             return None;
         }
@@ -336,13 +348,14 @@ async fn run(
                 }
                 // Held only while the new revisions are serialised.
                 let snapshot = snapshots.borrow_and_update().clone();
-                let published = hub.inner.lock().map_or(0, |i| i.published);
-                match frames_since(&snapshot, published) {
-                    Some(frames) => hub.publish(&frames, Some(snapshot.revision), &metrics),
+                let (published, epoch) = hub.inner.lock().map_or((0, 0), |i| (i.published, i.epoch));
+                match frames_since(&snapshot, published, epoch) {
+                    Some(frames) => hub.publish(&frames, Some((snapshot.revision, snapshot.epoch)), &metrics),
                     None => {
                         // Every reader re-reads from the store.
                         let readers = hub.inner.lock().map(|mut i| {
                             i.published = snapshot.revision;
+                            i.epoch = snapshot.epoch;
                             std::mem::take(&mut i.readers)
                         }).unwrap_or_default();
                         readers.iter().for_each(|q| q.overflow());
@@ -463,13 +476,14 @@ mod tests {
         };
         let batch = ChangeBatch {
             revision: 3,
+            commit_id: 0,
             revisions: (1..=3).map(revision).collect(),
             resources: Vec::new(),
             deleted: Vec::new(),
             complete: false,
         };
         let snapshot = Snapshot::default().apply(batch);
-        let frames = frames_since(&snapshot, 1).unwrap();
+        let frames = frames_since(&snapshot, 1, 0).unwrap();
         let kinds: Vec<Kind> = frames.iter().map(|f| f.kind).collect();
         assert_eq!(kinds, [Kind::Revision(2), Kind::Revision(3)]);
         let text = String::from_utf8_lossy(&frames[0].bytes).into_owned();
@@ -478,9 +492,23 @@ mod tests {
             "{text}"
         );
         assert!(text.ends_with("}\n\n"), "{text}");
-        assert!(frames_since(&snapshot, 3).unwrap().is_empty());
-        let back = frames_since(&snapshot, 7).unwrap();
+        assert!(frames_since(&snapshot, 3, 0).unwrap().is_empty());
+        let back = frames_since(&snapshot, 7, 0).unwrap();
         assert_eq!(back.len(), 1);
         assert_eq!(back[0].kind, Kind::Reset(3));
+        // Reloaded at the same revision number with other content (a failover that reused
+        // it): a reset too.
+        let reloaded = snapshot.reload(ChangeBatch {
+            revision: 3,
+            commit_id: 9,
+            revisions: Vec::new(),
+            resources: Vec::new(),
+            deleted: Vec::new(),
+            complete: true,
+        });
+        let diverged = frames_since(&reloaded, 3, 0).unwrap();
+        assert_eq!(diverged.len(), 1);
+        assert_eq!(diverged[0].kind, Kind::Reset(3));
+        assert!(frames_since(&reloaded, 3, 1).unwrap().is_empty());
     }
 }

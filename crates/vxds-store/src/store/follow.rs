@@ -2,8 +2,10 @@
 //! other processes (`vxds apply --database-url` beside a running server); on Postgres, the
 //! revisions a half-open LISTEN connection never delivers (a failover without a reset). A head
 //! found *below* what this process has seen means the database was restored or failed over to
-//! a lagging replica: the head is moved back and the reset counter ticks, so that the index
-//! reloads instead of skipping reused revision numbers.
+//! a lagging replica: the head is moved back and the index is asked to check its revision
+//! against the database (it reloads instead of skipping reused revision numbers). On Postgres
+//! every poll asks for that check: a failover that reused the very revision number indexed,
+//! with no commit since, shows no other sign.
 
 use std::sync::Arc;
 use std::sync::atomic::{AtomicU64, Ordering};
@@ -39,11 +41,41 @@ impl Notified {
     }
 }
 
+/// A head read from the database: published. Below what this process has seen, the database
+/// was restored or failed over to a lagging replica: the head moves back and the index is
+/// asked to check its revision (so it is too whenever `check`). True if the head went back.
+pub(super) fn observed(
+    head: &watch::Sender<u64>,
+    notified: &Notified,
+    checks: &watch::Sender<u64>,
+    database: u64,
+    check: bool,
+) -> bool {
+    let seen = *head.borrow();
+    let went_back = database < seen;
+    if went_back {
+        warn!(
+            database,
+            seen,
+            "the database head is below the revision this server has seen (restored, or \
+             failed over to a lagging replica); the index checks what it holds"
+        );
+        head.send_replace(database);
+        notified.revision.store(database, Ordering::Relaxed);
+    } else {
+        publish(head, database);
+    }
+    if went_back || check {
+        checks.send_modify(|checks| *checks = checks.wrapping_add(1));
+    }
+    went_back
+}
+
 pub(super) struct Poller {
     pub pool: AnyPool,
     pub backend: Backend,
     pub head: watch::Sender<u64>,
-    pub resets: watch::Sender<u64>,
+    pub checks: watch::Sender<u64>,
     pub notified: Arc<Notified>,
     pub health: Arc<Health>,
     pub metrics: StoreMetrics,
@@ -59,9 +91,6 @@ pub(super) fn spawn_head_poller(poller: Poller) -> JoinHandle<()> {
         let mut behind: Option<u64> = None;
         loop {
             ticks.tick().await;
-            // What this process had seen before the read: a committed revision cannot vanish,
-            // so a database head below it was restored or failed over.
-            let seen = *poller.head.borrow();
             let database = match read_head(&poller.pool).await {
                 Ok(revision) => revision,
                 Err(e) => {
@@ -70,21 +99,16 @@ pub(super) fn spawn_head_poller(poller: Poller) -> JoinHandle<()> {
                     continue;
                 }
             };
-            if database < seen {
-                warn!(
-                    database,
-                    seen,
-                    "the database head is below the revision this server has seen (restored, \
-                     or failed over to a lagging replica); reloading the index"
-                );
-                poller.metrics.head_resets.inc();
-                poller.head.send_replace(database);
-                poller.notified.revision.store(database, Ordering::Relaxed);
-                poller.resets.send_modify(|resets| *resets += 1);
+            if observed(
+                &poller.head,
+                &poller.notified,
+                &poller.checks,
+                database,
+                poller.backend == Backend::Postgres,
+            ) {
                 behind = None;
                 continue;
             }
-            publish(&poller.head, database);
             if poller.backend != Backend::Postgres {
                 continue;
             }

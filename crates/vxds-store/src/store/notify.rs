@@ -32,6 +32,7 @@ pub(super) struct Listener {
     pub acquire_timeout: Duration,
     pub pool: AnyPool,
     pub head: watch::Sender<u64>,
+    pub checks: watch::Sender<u64>,
     pub notified: Arc<Notified>,
     pub health: Arc<Health>,
     pub metrics: StoreMetrics,
@@ -43,6 +44,7 @@ pub(super) fn spawn_listener(listener: Listener) -> JoinHandle<()> {
         acquire_timeout,
         pool,
         head,
+        checks,
         notified,
         health,
         metrics,
@@ -80,12 +82,15 @@ pub(super) fn spawn_listener(listener: Listener) -> JoinHandle<()> {
             })
             .await
             .expect("the retry policy never gives up");
-            // Whatever was committed while we were not listening.
+            // Whatever was committed while we were not listening. A reconnection may reach
+            // another server (a failover): the index checks it still holds the database's
+            // revision.
             match (|| read_head(&pool)).retry(retry_policy()).await {
                 Ok(revision) => {
                     health.up();
-                    notified.record(revision);
-                    publish(&head, revision);
+                    if !super::follow::observed(&head, &notified, &checks, revision, true) {
+                        notified.record(revision);
+                    }
                 }
                 Err(e) => warn!(error = %e, "reading the head revision failed"),
             }

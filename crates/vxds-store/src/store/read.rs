@@ -15,7 +15,7 @@ use vxds_envoy::changeset::ResourceKey;
 use super::{Backend, Store};
 use crate::error::StoreError;
 use crate::model::{
-    Change, ChangeBatch, ChangeKind, ListPage, ListQuery, ResourceSummary, Revision,
+    Change, ChangeBatch, ChangeKind, Followed, ListPage, ListQuery, ResourceSummary, Revision,
     RevisionChangeList, StoredResource, StoredVariant,
 };
 
@@ -69,13 +69,39 @@ impl Store {
     /// Everything committed after `revision`, from one snapshot. For 0, or a revision the
     /// retention has since pruned, the batch is `complete`: every resource, the whole state.
     pub async fn changes_since(&self, revision: u64) -> Result<ChangeBatch, StoreError> {
-        self.guarded(self.fetch_changes(revision, false)).await
+        match self
+            .guarded(self.fetch_changes(revision, false, None))
+            .await?
+        {
+            Followed::Changes(batch) => Ok(batch),
+            Followed::Diverged { .. } => Err(StoreError::Corrupt(
+                "a change feed read without a commit id diverged".into(),
+            )),
+        }
+    }
+
+    /// [`Store::changes_since`] for a reader that holds `revision` as commit `commit_id` left
+    /// it: [`Followed::Diverged`] if the database no longer has that commit (its head went
+    /// below it, or the number was committed again with other content after a failover or a
+    /// restore). Checked in the same snapshot as the changes are read.
+    pub async fn changes_after(
+        &self,
+        revision: u64,
+        commit_id: i64,
+    ) -> Result<Followed, StoreError> {
+        self.guarded(self.fetch_changes(revision, false, Some(commit_id)))
+            .await
     }
 
     /// The head's state: every resource, and the head revision's change list — what the index
     /// starts from. Its cost is the state's size, not the history's length.
     pub async fn current_state(&self) -> Result<ChangeBatch, StoreError> {
-        self.guarded(self.fetch_changes(0, true)).await
+        match self.guarded(self.fetch_changes(0, true, None)).await? {
+            Followed::Changes(batch) => Ok(batch),
+            Followed::Diverged { .. } => Err(StoreError::Corrupt(
+                "reading the whole state diverged".into(),
+            )),
+        }
     }
 
     /// Every resource (of one type, if given) with its variants, in the order `list` pages
@@ -275,31 +301,63 @@ impl Store {
     }
 
     /// What changed after `revision`; with `state_only`, the whole state and only the head
-    /// revision's change list.
+    /// revision's change list. With `commit_id`, first checks that `revision` is still that
+    /// commit.
     async fn fetch_changes(
         &self,
         revision: u64,
         state_only: bool,
-    ) -> Result<ChangeBatch, StoreError> {
+        commit_id: Option<i64>,
+    ) -> Result<Followed, StoreError> {
         let (mut revision, mut state_only) = (revision.min(i64::MAX as u64), state_only);
         let mut tx = self.begin_snapshot().await?;
-        let head = sqlx::query("SELECT revision FROM vxds_head WHERE id = 1")
-            .fetch_one(&mut *tx)
-            .await?;
-        let head = head.try_get::<i64, _>(0)? as u64;
+        let head = sqlx::query(
+            "SELECT h.revision, COALESCE(r.commit_id, 0) FROM vxds_head h \
+             LEFT JOIN vxds_revisions r ON r.revision = h.revision WHERE h.id = 1",
+        )
+        .fetch_one(&mut *tx)
+        .await?;
+        let (head, head_commit) = (
+            head.try_get::<i64, _>(0)? as u64,
+            head.try_get::<i64, _>(1)?,
+        );
+        let pruned = pruned_through(&mut tx).await?;
+        if let Some(expected) = commit_id
+            && revision > 0
+            && !state_only
+        {
+            if head < revision {
+                tx.commit().await?;
+                return Ok(Followed::Diverged { head });
+            }
+            // A pruned revision cannot be checked; the whole state is read below anyway.
+            if revision > pruned {
+                let found = sqlx::query("SELECT commit_id FROM vxds_revisions WHERE revision = $1")
+                    .bind(revision as i64)
+                    .fetch_optional(&mut *tx)
+                    .await?
+                    .map(|row| row.try_get::<i64, _>(0))
+                    .transpose()?;
+                if found != Some(expected) {
+                    tx.commit().await?;
+                    return Ok(Followed::Diverged { head });
+                }
+            }
+        }
         if head <= revision && !state_only {
             tx.commit().await?;
-            return Ok(ChangeBatch {
+            return Ok(Followed::Changes(ChangeBatch {
                 revision: head,
+                commit_id: head_commit,
                 revisions: Vec::new(),
                 resources: Vec::new(),
                 deleted: Vec::new(),
                 complete: false,
-            });
+            }));
         }
         // Deletions in pruned revisions are gone: from before them only the whole state says
         // what is.
-        if revision < pruned_through(&mut tx).await? {
+        if revision < pruned {
             (revision, state_only) = (0, true);
         }
         let complete = revision == 0 || state_only;
@@ -375,13 +433,14 @@ impl Store {
             .filter(|k| !resources.contains_key(*k))
             .cloned()
             .collect();
-        Ok(ChangeBatch {
+        Ok(Followed::Changes(ChangeBatch {
             revision: head,
+            commit_id: head_commit,
             revisions,
             resources: resources.into_values().collect(),
             deleted,
             complete,
-        })
+        }))
     }
 
     /// A read transaction that sees one consistent state.

@@ -603,6 +603,26 @@ async fn put_resources(
     Ok(())
 }
 
+/// A random id for a new revision: another commit with the same revision number (after a
+/// failover to a lagging standby, or a restore) gets another id. Never 0, which revisions from
+/// before ids were recorded read.
+fn new_commit_id(revision: u64, now_ms: i64) -> i64 {
+    use std::hash::{BuildHasher, Hasher};
+    // The standard library's per-process random keys (each `RandomState` differs), mixed
+    // with the time and the revision: random enough to tell two histories apart.
+    let mut hasher = std::collections::hash_map::RandomState::new().build_hasher();
+    hasher.write_u64(revision);
+    hasher.write_i64(now_ms);
+    let nanos = SystemTime::now()
+        .duration_since(UNIX_EPOCH)
+        .map_or(0, |d| d.subsec_nanos());
+    hasher.write_u32(nanos);
+    match hasher.finish() as i64 {
+        0 => 1,
+        id => id,
+    }
+}
+
 async fn insert_revision(
     tx: &mut Transaction<'_, Any>,
     revision: u64,
@@ -612,11 +632,12 @@ async fn insert_revision(
     changes: &[Change],
     shared: &BTreeSet<&ResourceKey>,
 ) -> Result<(), StoreError> {
-    sqlx::query("INSERT INTO vxds_revisions (revision, created_at_ms, author, message) VALUES ($1, $2, $3, $4)")
+    sqlx::query("INSERT INTO vxds_revisions (revision, created_at_ms, author, message, commit_id) VALUES ($1, $2, $3, $4, $5)")
         .bind(revision as i64)
         .bind(now)
         .bind(author.map(str::to_owned))
         .bind(message.map(str::to_owned))
+        .bind(new_commit_id(revision, now))
         .execute(&mut **tx)
         .await?;
     let mut rows = bulk::Rows::new(

@@ -60,6 +60,7 @@ impl World {
         let revision = self.snapshot.revision + 1;
         let mut batch = ChangeBatch {
             revision,
+            commit_id: 0,
             revisions: vec![RevisionChangeList {
                 revision,
                 committed_at_ms: 1,
