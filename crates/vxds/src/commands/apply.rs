@@ -86,9 +86,7 @@ async fn apply(
                 path.push_str("&revert_on_nack=true");
             }
         }
-        let reply = target
-            .send(Method::POST, &path, &changeset)
-            .await?;
+        let reply = target.send(Method::POST, &path, &changeset).await?;
         drop(changeset);
         match reply.status {
             200 => {
