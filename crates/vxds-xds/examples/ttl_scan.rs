@@ -53,6 +53,7 @@ fn snapshot(clusters: usize) -> Snapshot {
     let validated = validate(&request, &Default::default()).expect("a valid changeset");
     let mut batch = ChangeBatch {
         revision: 1,
+        commit_id: 0,
         revisions: vec![RevisionChangeList {
             revision: 1,
             committed_at_ms: 1,
