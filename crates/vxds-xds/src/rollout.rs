@@ -293,6 +293,27 @@ struct TypeRollout {
     sent: u64,
     /// The revision of the last response the client accepted.
     accepted: u64,
+    /// Responses sent and not yet answered, oldest first: `(nonce, revision computed from)`.
+    /// An answer decides by the response it names: an ACK of an older Delta response accepts
+    /// that response's revision, not the newest sent; an answer to a heartbeat (never listed)
+    /// decides nothing.
+    in_flight: VecDeque<(u64, u64)>,
+}
+
+/// Unanswered responses remembered per type; beyond, the oldest are forgotten (an answer to
+/// one of them then decides nothing).
+const MAX_IN_FLIGHT: usize = 64;
+
+impl TypeRollout {
+    /// The revision of the response `nonce` names, dropping it and every older response from
+    /// what is in flight (a client answers in order).
+    fn answered(&mut self, nonce: Option<u64>) -> Option<u64> {
+        let nonce = nonce?;
+        let at = self.in_flight.iter().position(|&(n, _)| n == nonce)?;
+        let revision = self.in_flight[at].1;
+        self.in_flight.drain(..=at);
+        Some(revision)
+    }
 }
 
 #[derive(Debug)]
@@ -339,6 +360,7 @@ impl StreamRollout {
             type_url: type_url.to_owned(),
             sent: 0,
             accepted: 0,
+            in_flight: VecDeque::new(),
         });
         self.types.len() - 1
     }
@@ -353,19 +375,29 @@ impl StreamRollout {
     }
 
     /// The stream computed from the snapshot at `revision`, told of the revisions `marked`
-    /// since its last computation, and sent responses of `sent_types` (heartbeats excepted).
+    /// since its last computation, and sent responses `(type URL, nonce)` (heartbeats
+    /// excepted; a nonce that is no number is never matched by an answer).
     pub fn computed<'a>(
         &mut self,
         revision: u64,
         marked: &[u64],
-        sent_types: impl IntoIterator<Item = &'a str>,
+        sent: impl IntoIterator<Item = (&'a str, &'a str)>,
     ) {
-        let mut types: Vec<usize> = sent_types.into_iter().map(|t| self.type_index(t)).collect();
+        let mut types = Vec::new();
+        for (type_url, nonce) in sent {
+            let i = self.type_index(type_url);
+            let t = &mut self.types[i];
+            t.sent = revision;
+            if let Ok(nonce) = nonce.parse::<u64>() {
+                if t.in_flight.len() >= MAX_IN_FLIGHT {
+                    t.in_flight.pop_front();
+                }
+                t.in_flight.push_back((nonce, revision));
+            }
+            types.push(i);
+        }
         types.sort_unstable();
         types.dedup();
-        for &i in &types {
-            self.types[i].sent = revision;
-        }
         for &m in marked {
             let concerned = !types.is_empty();
             self.rollouts.decided(m, concerned);
@@ -385,11 +417,14 @@ impl StreamRollout {
         }
     }
 
-    /// The client accepted the last response of `type_url`.
-    pub fn acked(&mut self, type_url: &str) {
+    /// The client accepted the response of `type_url` with `nonce` (and so every earlier one).
+    pub fn acked(&mut self, type_url: &str, nonce: Option<u64>) {
         let i = self.type_index(type_url);
         let t = &mut self.types[i];
-        t.accepted = t.accepted.max(t.sent);
+        let Some(revision) = t.answered(nonce) else {
+            return; // a heartbeat's, or one too old to remember: nothing newer was accepted
+        };
+        t.accepted = t.accepted.max(revision);
         let types = &self.types;
         let rollouts = &self.rollouts;
         let stream_id = self.stream_id;
@@ -402,14 +437,21 @@ impl StreamRollout {
         });
     }
 
-    /// The client refused the last response of `type_url`, saying `error`.
-    pub fn nacked(&mut self, type_url: &str, node: &str, error: &str) {
+    /// The client refused the response of `type_url` with `nonce`, saying `error`: the
+    /// revisions up to the one that response was computed from, not yet accepted, are refused.
+    pub fn nacked(&mut self, type_url: &str, nonce: Option<u64>, node: &str, error: &str) {
         let i = self.type_index(type_url);
-        let t = &self.types[i];
-        let (sent, accepted) = (t.sent, t.accepted);
+        let t = &mut self.types[i];
+        let Some(refused) = t.answered(nonce) else {
+            return;
+        };
+        let accepted = t.accepted;
         for c in &mut self.concerns {
-            if c.revision <= sent && accepted < c.revision && c.types.contains(&i) {
+            if c.revision <= refused && accepted < c.revision && c.types.contains(&i) {
                 let first = !c.nacked;
+                if !first {
+                    continue; // one refusal per stream and revision, one text
+                }
                 c.nacked = true;
                 self.rollouts.nacked(
                     c.revision,
@@ -434,6 +476,60 @@ mod tests {
     const LDS: &str = "type.googleapis.com/envoy.config.listener.v3.Listener";
     const CDS: &str = "type.googleapis.com/envoy.config.cluster.v3.Cluster";
 
+    /// A client's stream: numbers its responses as the machine does, and answers the latest
+    /// of a type unless told which.
+    struct Client {
+        rollout: StreamRollout,
+        nonce: u64,
+        latest: BTreeMap<&'static str, u64>,
+    }
+
+    impl Client {
+        fn new(r: Arc<Rollouts>, id: u64) -> Self {
+            Self {
+                rollout: StreamRollout::new(r, id),
+                nonce: 0,
+                latest: BTreeMap::new(),
+            }
+        }
+
+        fn computed(&mut self, revision: u64, marked: &[u64], types: &[&'static str]) {
+            let sent: Vec<(&str, String)> = types
+                .iter()
+                .map(|&t| {
+                    self.nonce += 1;
+                    self.latest.insert(t, self.nonce);
+                    (t, self.nonce.to_string())
+                })
+                .collect();
+            self.rollout
+                .computed(revision, marked, sent.iter().map(|(t, n)| (*t, n.as_str())));
+        }
+
+        /// A heartbeat: sent, never computed.
+        fn heartbeat(&mut self) -> u64 {
+            self.nonce += 1;
+            self.nonce
+        }
+
+        fn acked(&mut self, type_url: &'static str) {
+            let nonce = self.latest.get(type_url).copied();
+            self.rollout.acked(type_url, nonce);
+        }
+
+        fn nacked(&mut self, type_url: &'static str, node: &str, error: &str) {
+            let nonce = self.latest.get(type_url).copied();
+            self.rollout.nacked(type_url, nonce, node, error);
+        }
+    }
+
+    impl std::ops::Deref for Client {
+        type Target = StreamRollout;
+        fn deref(&self) -> &StreamRollout {
+            &self.rollout
+        }
+    }
+
     fn record(r: &Rollouts, revision: u64) -> RolloutRecord {
         match r.get(revision) {
             Known::Record(r) => *r,
@@ -457,15 +553,15 @@ mod tests {
     #[test]
     fn a_revision_counts_the_streams_it_changed_and_their_answers() {
         let r = Arc::new(Rollouts::default());
-        let mut a = StreamRollout::new(r.clone(), 1);
-        let mut b = StreamRollout::new(r.clone(), 2);
-        let mut c = StreamRollout::new(r.clone(), 3);
+        let mut a = Client::new(r.clone(), 1);
+        let mut b = Client::new(r.clone(), 2);
+        let mut c = Client::new(r.clone(), 3);
         dispatch(&r, 5, 3);
         assert_eq!(counts(&record(&r, 5)), (3, 0, 0, 0, 0, 0));
-        a.computed(5, &[5], [LDS, CDS]);
-        b.computed(5, &[5], [LDS]);
+        a.computed(5, &[5], &[LDS, CDS]);
+        b.computed(5, &[5], &[LDS]);
         // Marked, but nothing it resolves changed: not concerned.
-        c.computed(5, &[5], []);
+        c.computed(5, &[5], &[]);
         assert_eq!(counts(&record(&r, 5)), (0, 2, 0, 0, 2, 0));
         // Half of a's types accepted: still pending.
         a.acked(LDS);
@@ -483,7 +579,7 @@ mod tests {
 
         // A later revision fixes it: b accepts 6, and so counts as having accepted 5.
         dispatch(&r, 6, 1);
-        b.computed(6, &[6], [LDS]);
+        b.computed(6, &[6], &[LDS]);
         assert_eq!(record(&r, 6).pending, 1);
         b.acked(LDS);
         assert_eq!(counts(&record(&r, 6)), (0, 1, 1, 0, 0, 0));
@@ -495,16 +591,16 @@ mod tests {
     #[test]
     fn coalesced_revisions_all_concern_the_stream_and_leaving_counts_as_gone() {
         let r = Arc::new(Rollouts::default());
-        let mut a = StreamRollout::new(r.clone(), 1);
+        let mut a = Client::new(r.clone(), 1);
         dispatch(&r, 1, 1);
         dispatch(&r, 2, 1);
-        a.computed(2, &[1, 2], [CDS]);
+        a.computed(2, &[1, 2], &[CDS]);
         assert_eq!(record(&r, 1).pending, 1);
         assert_eq!(record(&r, 2).pending, 1);
         a.acked(CDS);
         assert_eq!(record(&r, 1).acked, 1);
         dispatch(&r, 3, 1);
-        a.computed(3, &[3], [CDS]);
+        a.computed(3, &[3], &[CDS]);
         drop(a);
         assert_eq!(counts(&record(&r, 3)), (0, 1, 0, 0, 0, 1));
         // Told, left before computing.
@@ -515,8 +611,8 @@ mod tests {
         r.dispatching(4, 7, Some(now_ms()));
         r.marked(7);
         r.published(7);
-        let mut b = StreamRollout::new(r.clone(), 2);
-        b.computed(7, &[7], [CDS]);
+        let mut b = Client::new(r.clone(), 2);
+        b.computed(7, &[7], &[CDS]);
         b.acked(CDS);
         let five = record(&r, 5);
         assert_eq!((five.revision, five.streams, five.acked), (5, 1, 1));
@@ -525,12 +621,12 @@ mod tests {
     #[test]
     fn a_refusal_of_an_older_response_type_does_not_touch_other_types() {
         let r = Arc::new(Rollouts::default());
-        let mut a = StreamRollout::new(r.clone(), 1);
+        let mut a = Client::new(r.clone(), 1);
         dispatch(&r, 1, 1);
-        a.computed(1, &[1], [CDS]);
+        a.computed(1, &[1], &[CDS]);
         a.acked(CDS);
         dispatch(&r, 2, 1);
-        a.computed(2, &[2], [LDS]);
+        a.computed(2, &[2], &[LDS]);
         // A NACK of CDS (an unrelated, older response) is no refusal of revision 2.
         a.nacked(CDS, "n", "x");
         assert_eq!(record(&r, 2).nacked, 0);
@@ -543,10 +639,10 @@ mod tests {
     #[test]
     fn memory_is_bounded() {
         let r = Arc::new(Rollouts::default());
-        let mut a = StreamRollout::new(r.clone(), 1);
+        let mut a = Client::new(r.clone(), 1);
         for n in 1..=(ROLLOUT_WINDOW as u64 + 10) {
             dispatch(&r, n, 1);
-            a.computed(n, &[n], [CDS]);
+            a.computed(n, &[n], &[CDS]);
         }
         assert!(a.concerns.len() <= MAX_CONCERNS);
         assert_eq!(r.get(1), Known::Forgotten { oldest: 11 });
@@ -555,5 +651,58 @@ mod tests {
         let oldest_followed = ROLLOUT_WINDOW as u64 + 10 - MAX_CONCERNS as u64;
         assert_eq!(record(&r, oldest_followed).gone, 1);
         assert_eq!(r.recent("r").len(), PUBLISHED_WINDOW);
+    }
+
+    #[test]
+    fn an_ack_of_an_older_delta_response_accepts_only_its_revision() {
+        let r = Arc::new(Rollouts::default());
+        let mut a = Client::new(r.clone(), 1);
+        dispatch(&r, 5, 1);
+        a.computed(5, &[5], &[CDS]);
+        let five = a.latest[CDS];
+        dispatch(&r, 6, 1);
+        a.computed(6, &[6], &[CDS]);
+        // Both in flight: the client ACKs the first, then NACKs the second.
+        a.rollout.acked(CDS, Some(five));
+        assert_eq!(counts(&record(&r, 5)), (0, 1, 1, 0, 0, 0));
+        assert_eq!(counts(&record(&r, 6)), (0, 1, 0, 0, 1, 0));
+        a.nacked(CDS, "n", "bad");
+        assert_eq!(counts(&record(&r, 6)), (0, 1, 0, 1, 0, 0));
+        assert_eq!(a.versions(CDS), Some((5, 6)));
+    }
+
+    #[test]
+    fn an_ack_of_a_heartbeat_accepts_nothing_new() {
+        let r = Arc::new(Rollouts::default());
+        let mut a = Client::new(r.clone(), 1);
+        dispatch(&r, 5, 1);
+        a.computed(5, &[5], &[CDS]);
+        a.acked(CDS);
+        dispatch(&r, 6, 1);
+        a.computed(6, &[6], &[CDS]);
+        a.nacked(CDS, "n", "bad");
+        assert_eq!(record(&r, 6).nacked, 1);
+        // The accepted state renewed by a heartbeat, which the client takes.
+        let beat = a.heartbeat();
+        a.rollout.acked(CDS, Some(beat));
+        let six = record(&r, 6);
+        assert_eq!(counts(&six), (0, 1, 0, 1, 0, 0));
+        assert_eq!(six.nacks.len(), 1);
+        assert_eq!(a.versions(CDS), Some((5, 6)));
+    }
+
+    #[test]
+    fn a_stream_refusing_every_revision_leaves_one_text_per_revision() {
+        let r = Arc::new(Rollouts::default());
+        let mut a = Client::new(r.clone(), 1);
+        dispatch(&r, 6, 1);
+        a.computed(6, &[6], &[LDS]);
+        a.nacked(LDS, "n", "cannot bind");
+        dispatch(&r, 7, 1);
+        a.computed(7, &[7], &[LDS]);
+        a.nacked(LDS, "n", "cannot bind");
+        assert_eq!(record(&r, 6).nacks.len(), 1);
+        assert_eq!(record(&r, 7).nacks.len(), 1);
+        assert_eq!(record(&r, 6).nacked, 1);
     }
 }

@@ -453,8 +453,8 @@ fn publish_answers(events: &ClientEvents, machine: &StreamMachine, outcome: &Req
     }
 }
 
-/// A refusal, held until the computation that follows it: `(type, node, error text)`.
-type Refusal = (String, String, String);
+/// A refusal, held until the computation that follows it: `(type, nonce, node, error text)`.
+type Refusal = (String, Option<u64>, String, String);
 
 /// The client's ACKs, for rollout tracking, and the revisions it accepted, in its status; its
 /// NACKs, for [`record_refusals`].
@@ -462,13 +462,14 @@ fn record_answers(
     rollout: &mut StreamRollout,
     machine: &StreamMachine,
     outcome: &RequestOutcome,
+    nonce: Option<u64>,
 ) -> Vec<Refusal> {
     let mut refusals = Vec::new();
     if outcome.acks.is_empty() && outcome.nacks.is_empty() {
         return refusals;
     }
     for type_url in &outcome.acks {
-        rollout.acked(type_url);
+        rollout.acked(type_url, nonce);
     }
     if !outcome.nacks.is_empty() {
         let status = machine.status();
@@ -492,20 +493,25 @@ fn record_answers(
             Err(_) => return refusals,
         };
         for (type_url, text) in outcome.nacks.iter().zip(texts) {
-            refusals.push((type_url.clone(), node.clone(), text));
+            refusals.push((type_url.clone(), nonce, node.clone(), text));
         }
     }
     mirror_revisions(rollout, machine, outcome.acks.iter().chain(&outcome.nacks));
     refusals
 }
 
-/// NACKs count against the revisions they refuse unless the computation right after them sent
-/// the type again: a refused make-before-break update is followed by its removals (what the
-/// refusal no longer holds back), and the client's answer to those decides.
+/// NACKs count against the revisions they refuse unless, on SotW, the computation right after
+/// them sent the type again: a refused make-before-break update is followed by the type's whole
+/// state without what the refusal no longer holds back, and the client's answer to that
+/// decides. A Delta response after a refusal carries only what changed since (removals, say),
+/// never the refused resources again, so there the refusal stands.
 fn record_refusals(rollout: &mut StreamRollout, refusals: Vec<Refusal>, responses: &[Response]) {
-    for (type_url, node, text) in refusals {
-        if !responses.iter().any(|r| r.type_url() == type_url) {
-            rollout.nacked(&type_url, &node, &text);
+    for (type_url, nonce, node, text) in refusals {
+        let resent_whole = responses
+            .iter()
+            .any(|r| matches!(r, Response::Sotw(_)) && r.type_url() == type_url);
+        if !resent_whole {
+            rollout.nacked(&type_url, nonce, &node, &text);
         }
     }
 }
@@ -518,7 +524,11 @@ fn record_computed(
     marked: &[u64],
     responses: &[Response],
 ) {
-    rollout.computed(revision, marked, responses.iter().map(Response::type_url));
+    rollout.computed(
+        revision,
+        marked,
+        responses.iter().map(|r| (r.type_url(), r.nonce())),
+    );
     if !responses.is_empty() {
         mirror_revisions(rollout, machine, responses.iter().map(Response::type_url));
     }
@@ -622,7 +632,10 @@ async fn run_stream<Req, Resp>(
                     )))));
                     break;
                 }
-                Ok(Some(request)) => match handle(&mut machine, request) {
+                Ok(Some(request)) => {
+                    // Nonces are numbers (the machine's counter); an answer names the response.
+                    let answered = request.response_nonce().parse::<u64>().ok();
+                    match handle(&mut machine, request) {
                     Ok(outcome) => {
                         let events = &shared.registry.events;
                         if presence.is_none() {
@@ -637,7 +650,7 @@ async fn run_stream<Req, Resp>(
                                 warn!(stream = id, node = ?machine.node().map(|n| n.id.clone()), type_url = %unknown.type_url, "ignoring requests for a type URL that names no message of the Envoy API");
                             }
                         }
-                        let refusals = record_answers(&mut rollout, &machine, &outcome);
+                        let refusals = record_answers(&mut rollout, &machine, &outcome, answered);
                         for type_url in outcome.acks {
                             shared.metrics.acks.get_or_create(&TypeLabels { type_url }).inc();
                         }
@@ -661,7 +674,8 @@ async fn run_stream<Req, Resp>(
                         let _ = out.send(Box::new(Err(status))).await;
                         break;
                     }
-                },
+                    }
+                }
                 Ok(None) => break,
                 Err(status) => {
                     // A request too large or undecodable: the client is told why (if it is
