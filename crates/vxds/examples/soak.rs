@@ -140,6 +140,9 @@ struct Shared {
     finished: AtomicBool,
     errors: AtomicUsize,
     restart_disconnects: AtomicUsize,
+    /// Streams the server ended because their connection reached its maximum age
+    /// (`--xds-max-connection-age`, 1 h ± 10 %): asked to reconnect, as designed.
+    max_age_reconnects: AtomicUsize,
     sessions: AtomicU64,
     responses: AtomicU64,
     writes: AtomicU64,
@@ -386,6 +389,9 @@ async fn run_stream(stream: usize, kind: Kind, churn: bool, replica: usize, shar
         let channel = endpoint.connect_lazy();
         match session(channel, stream, kind, &shared, until).await {
             Ok(()) => {}
+            Err(e) if is_max_age(&e) => {
+                shared.max_age_reconnects.fetch_add(1, Ordering::Relaxed);
+            }
             Err(e) => {
                 shared.ended(
                     replica,
@@ -396,6 +402,14 @@ async fn run_stream(stream: usize, kind: Kind, churn: bool, replica: usize, shar
             }
         }
     }
+}
+
+/// Whether the server ended the stream because its connection reached its maximum age: it
+/// asks the client to reconnect (UNAVAILABLE), as it should.
+fn is_max_age(error: &anyhow::Error) -> bool {
+    error.downcast_ref::<tonic::Status>().is_some_and(|status| {
+        status.code() == tonic::Code::Unavailable && status.message().contains("maximum age")
+    })
 }
 
 /// An event-stream reader: reads everything and resumes with `Last-Event-ID`; or, when
@@ -639,6 +653,7 @@ async fn soak(
         finished: AtomicBool::new(false),
         errors: AtomicUsize::new(0),
         restart_disconnects: AtomicUsize::new(0),
+        max_age_reconnects: AtomicUsize::new(0),
         sessions: AtomicU64::new(0),
         responses: AtomicU64::new(0),
         writes: AtomicU64::new(0),
@@ -679,12 +694,9 @@ async fn soak(
         }
     }
     for reader in 0..args.event_readers {
-        tokio::spawn(run_reader(
-            reader,
-            reader % 2,
-            reader % 4 == 0,
-            shared.clone(),
-        ));
+        // Readers 0, 4, 8, ... never read; both kinds alternate between the replicas.
+        let (replica, never_reads) = ((reader / 4) % 2, reader % 4 == 0);
+        tokio::spawn(run_reader(reader, replica, never_reads, shared.clone()));
     }
     let stop_writes = Arc::new(AtomicBool::new(false));
     let writer = tokio::spawn(run_writer(
@@ -917,11 +929,12 @@ async fn soak(
     }
     let errors = shared.errors.load(Ordering::Relaxed) + log_errors;
     println!(
-        "\nRESULT duration_s={:.0} streams={} converged={converged} errors={} log_errors={log_errors} restart_log_errors={restart_log_errors} restart_disconnects={} sessions={} responses={} writes={} event_reopens={} slow_reader_resets={} flat={flat}",
+        "\nRESULT duration_s={:.0} streams={} converged={converged} errors={} log_errors={log_errors} restart_log_errors={restart_log_errors} restart_disconnects={} max_age_reconnects={} sessions={} responses={} writes={} event_reopens={} slow_reader_resets={} flat={flat}",
         args.duration.as_secs_f64(),
         args.streams,
         shared.errors.load(Ordering::Relaxed),
         shared.restart_disconnects.load(Ordering::Relaxed),
+        shared.max_age_reconnects.load(Ordering::Relaxed),
         shared.sessions.load(Ordering::Relaxed),
         shared.responses.load(Ordering::Relaxed),
         shared.writes.load(Ordering::Relaxed),
