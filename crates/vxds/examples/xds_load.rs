@@ -38,17 +38,20 @@ use tokio::sync::{OwnedSemaphorePermit, Semaphore, mpsc};
 use tokio_stream::wrappers::ReceiverStream;
 use tonic::transport::{Channel, Endpoint};
 use vxds_envoy::pb::envoy::config::cluster::v3::Cluster;
-use vxds_envoy::pb::envoy::config::core::v3::Node;
 use vxds_envoy::pb::envoy::service::discovery::v3::aggregated_discovery_service_client::AggregatedDiscoveryServiceClient;
 use vxds_envoy::pb::envoy::service::discovery::v3::{
     DeltaDiscoveryRequest, DeltaDiscoveryResponse, DiscoveryRequest, DiscoveryResponse,
     ResourceLocator,
 };
-use vxds_envoy::pb::xds::core::v3::ContextParams;
 use vxds_testkit::serve::ServeProcess;
 use vxds_testkit::{Db, TestDb};
 
-const CLUSTER: &str = "type.googleapis.com/envoy.config.cluster.v3.Cluster";
+#[path = "common/load.rs"]
+mod load;
+use load::{
+    CLUSTER, node, percentile, process_usage, put, raise_open_file_limit, servers_usage, shard,
+};
+
 /// The cluster every round changes; its connect timeout carries the round.
 const MARKED: &str = "c0";
 
@@ -206,24 +209,6 @@ fn marked_round(resource: &[u8]) -> Option<u64> {
         .flatten()
 }
 
-fn shard(stream: usize, variants: usize) -> String {
-    format!("s{}", stream % variants.max(1))
-}
-
-fn node(stream: usize, variants: usize) -> Node {
-    let mut node = Node {
-        id: format!("load-{stream}"),
-        user_agent_name: "vxds-load".into(),
-        ..Default::default()
-    };
-    let params = [("shard".to_owned(), shard(stream, variants))]
-        .into_iter()
-        .collect();
-    node.dynamic_parameters
-        .insert(CLUSTER.into(), ContextParams { params });
-    node
-}
-
 /// One SotW ADS stream: CDS wildcard, then ACK every response and record the markers.
 async fn run_sotw(
     channel: Channel,
@@ -364,68 +349,6 @@ fn report_end(stream: usize, result: anyhow::Result<()>, shared: &Shared) {
     }
 }
 
-/// Resident and peak memory (MiB) and CPU seconds of a process, from /proc.
-fn process_usage(pid: u32) -> anyhow::Result<(f64, f64, f64)> {
-    let status = std::fs::read_to_string(format!("/proc/{pid}/status"))?;
-    let kib = |field: &str| -> f64 {
-        status
-            .lines()
-            .find(|l| l.starts_with(field))
-            .and_then(|l| l.split_whitespace().nth(1))
-            .and_then(|v| v.parse::<f64>().ok())
-            .unwrap_or(f64::NAN)
-    };
-    let stat = std::fs::read_to_string(format!("/proc/{pid}/stat"))?;
-    // Fields after the command name (which may hold spaces): utime and stime are 14 and 15.
-    let after = stat.rsplit_once(')').map(|(_, rest)| rest).unwrap_or("");
-    let fields: Vec<&str> = after.split_whitespace().collect();
-    let ticks = |i: usize| {
-        fields
-            .get(i)
-            .and_then(|v| v.parse::<f64>().ok())
-            .unwrap_or(f64::NAN)
-    };
-    const USER_HZ: f64 = 100.0; // Linux's fixed clock-tick unit for /proc
-    Ok((
-        kib("VmRSS:") / 1024.0,
-        kib("VmHWM:") / 1024.0,
-        (ticks(11) + ticks(12)) / USER_HZ,
-    ))
-}
-
-/// RSS (MiB) summed and CPU (s) summed over the servers.
-fn servers_usage(pids: &[u32]) -> anyhow::Result<(Vec<f64>, f64)> {
-    let mut rss = Vec::new();
-    let mut cpu = 0.0;
-    for pid in pids {
-        let (r, _, c) = process_usage(*pid)?;
-        rss.push(r);
-        cpu += c;
-    }
-    Ok((rss, cpu))
-}
-
-fn percentile(sorted: &[f64], p: f64) -> f64 {
-    if sorted.is_empty() {
-        return f64::NAN;
-    }
-    let rank = ((p / 100.0) * (sorted.len() - 1) as f64).round() as usize;
-    sorted[rank.min(sorted.len() - 1)]
-}
-
-async fn put(client: &reqwest::Client, url: String, body: Value) -> anyhow::Result<Duration> {
-    let started = Instant::now();
-    let response = client.put(url).json(&body).send().await?;
-    if !response.status().is_success() {
-        bail!(
-            "admin API: {} {}",
-            response.status(),
-            response.text().await?
-        );
-    }
-    Ok(started.elapsed())
-}
-
 /// The servers under load.
 struct Targets {
     /// The admin API that takes the writes (the first replica's).
@@ -434,26 +357,6 @@ struct Targets {
     pids: Vec<u32>,
     /// The Postgres database, for its statistics.
     database: Option<String>,
-}
-
-/// Raises this process's open-file limit to what the streams need (each is a socket here and
-/// one in a server, which inherits the limit): the soft limit to the hard one, and — where the
-/// process may (root, `CAP_SYS_RESOURCE`) — the hard one too.
-fn raise_open_file_limit(streams: usize) {
-    use rlimit::Resource;
-    let want = u64::try_from(streams).unwrap_or(u64::MAX / 2) + 4096;
-    let (soft, hard) = Resource::NOFILE.get().unwrap_or((1024, 1024));
-    if hard < want && Resource::NOFILE.set(want, want).is_ok() {
-        println!("open-file limit raised from {soft}/{hard} to {want}/{want}");
-        return;
-    }
-    match rlimit::increase_nofile_limit(want) {
-        Ok(limit) if limit < want => println!(
-            "open-file limit {limit} (hard limit {hard}): fewer than the {want} these streams need"
-        ),
-        Ok(_) => {}
-        Err(e) => println!("could not raise the open-file limit: {e}"),
-    }
 }
 
 #[tokio::main]
