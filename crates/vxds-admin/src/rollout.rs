@@ -99,9 +99,13 @@ pub async fn status(state: &AdminState, n: u64) -> Result<RolloutStatus, ApiErro
             continue;
         }
         let summary = row.summary;
-        // A replica that publishes no rollouts (an older version) is not counted.
-        let Some(head) = summary.rollout_head else {
-            continue;
+        // A replica that has told its streams of no revision since it started (just
+        // restarted, say) has every revision still to come; one without streams has nothing
+        // to count.
+        let head = match summary.rollout_head {
+            Some(head) => head,
+            None if summary.streams > 0 => 0,
+            None => continue,
         };
         match summary.rollouts.into_iter().find(|r| r.revision == n) {
             Some(record) => records.push((row.replica_id, record)),

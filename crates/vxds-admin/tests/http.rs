@@ -16,6 +16,8 @@ mod outage;
 mod pages;
 #[path = "http/restore.rs"]
 mod restore;
+#[path = "http/rollout.rs"]
+mod rollout;
 #[path = "http/shared.rs"]
 mod shared;
 #[path = "http/support.rs"]

@@ -693,6 +693,12 @@ impl StreamMachine {
         responses
     }
 
+    /// Whether removals are due and held back until earlier responses are answered
+    /// (make-before-break): the revisions that made them are not rolled out yet.
+    pub fn removals_waiting(&self) -> bool {
+        self.types.values().any(|t| t.removals_waiting())
+    }
+
     /// The shortest TTL among the resources heartbeats renew on this stream (what the client
     /// accepted): the stream is woken at a fraction of it. `None` when there is none: no
     /// heartbeat ever wakes it.

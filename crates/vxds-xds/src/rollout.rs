@@ -275,8 +275,8 @@ impl Rollouts {
             .by_revision
             .values()
             .rev()
-            .take(PUBLISHED_WINDOW)
             .filter(|r| r.streams > 0 || open(r))
+            .take(PUBLISHED_WINDOW)
             .map(|r| r.published_copy(replica))
             .collect()
     }
@@ -322,6 +322,9 @@ struct Concern {
     /// Indexes into `StreamRollout::types`.
     types: Vec<usize>,
     nacked: bool,
+    /// Removals were due and held back (make-before-break) when it was computed: the types
+    /// sent until they go are its too, and it is not accepted before they are.
+    awaiting_removals: bool,
 }
 
 /// One stream's part (see the module's documentation). Dropping it (the stream ended) counts
@@ -376,12 +379,14 @@ impl StreamRollout {
 
     /// The stream computed from the snapshot at `revision`, told of the revisions `marked`
     /// since its last computation, and sent responses `(type URL, nonce)` (heartbeats
-    /// excepted; a nonce that is no number is never matched by an answer).
+    /// excepted; a nonce that is no number is never matched by an answer); `removals_waiting`
+    /// when removals are due and held back until earlier responses are answered.
     pub fn computed<'a>(
         &mut self,
         revision: u64,
         marked: &[u64],
         sent: impl IntoIterator<Item = (&'a str, &'a str)>,
+        removals_waiting: bool,
     ) {
         let mut types = Vec::new();
         for (type_url, nonce) in sent {
@@ -398,8 +403,17 @@ impl StreamRollout {
         }
         types.sort_unstable();
         types.dedup();
+        // Revisions waiting for their removals: what goes now is theirs.
+        for c in self.concerns.iter_mut().filter(|c| c.awaiting_removals) {
+            for &i in &types {
+                if !c.types.contains(&i) {
+                    c.types.push(i);
+                }
+            }
+            c.awaiting_removals = removals_waiting;
+        }
         for &m in marked {
-            let concerned = !types.is_empty();
+            let concerned = !types.is_empty() || removals_waiting;
             self.rollouts.decided(m, concerned);
             if !concerned {
                 continue;
@@ -413,6 +427,7 @@ impl StreamRollout {
                 revision: m,
                 types: types.clone(),
                 nacked: false,
+                awaiting_removals: removals_waiting,
             });
         }
     }
@@ -429,7 +444,8 @@ impl StreamRollout {
         let rollouts = &self.rollouts;
         let stream_id = self.stream_id;
         self.concerns.retain(|c| {
-            let done = c.types.iter().all(|&i| types[i].accepted >= c.revision);
+            let done =
+                !c.awaiting_removals && c.types.iter().all(|&i| types[i].accepted >= c.revision);
             if done {
                 rollouts.acked(c.revision, stream_id, c.nacked);
             }
@@ -502,8 +518,36 @@ mod tests {
                     (t, self.nonce.to_string())
                 })
                 .collect();
-            self.rollout
-                .computed(revision, marked, sent.iter().map(|(t, n)| (*t, n.as_str())));
+            self.rollout.computed(
+                revision,
+                marked,
+                sent.iter().map(|(t, n)| (*t, n.as_str())),
+                false,
+            );
+        }
+
+        /// A computation that sent `types` while removals stay held back, or not.
+        fn computed_holding(
+            &mut self,
+            revision: u64,
+            marked: &[u64],
+            types: &[&'static str],
+            removals_waiting: bool,
+        ) {
+            let sent: Vec<(&str, String)> = types
+                .iter()
+                .map(|&t| {
+                    self.nonce += 1;
+                    self.latest.insert(t, self.nonce);
+                    (t, self.nonce.to_string())
+                })
+                .collect();
+            self.rollout.computed(
+                revision,
+                marked,
+                sent.iter().map(|(t, n)| (*t, n.as_str())),
+                removals_waiting,
+            );
         }
 
         /// A heartbeat: sent, never computed.
@@ -669,6 +713,26 @@ mod tests {
         a.nacked(CDS, "n", "bad");
         assert_eq!(counts(&record(&r, 6)), (0, 1, 0, 1, 0, 0));
         assert_eq!(a.versions(CDS), Some((5, 6)));
+    }
+
+    #[test]
+    fn a_revision_of_held_back_removals_waits_for_them() {
+        let r = Arc::new(Rollouts::default());
+        let mut a = Client::new(r.clone(), 1);
+        dispatch(&r, 1, 1);
+        a.computed(1, &[1], &[CDS]);
+        // Revision 2 deletes a listener while the CDS response is unanswered: nothing sent.
+        dispatch(&r, 2, 1);
+        a.computed_holding(2, &[2], &[], true);
+        assert_eq!(counts(&record(&r, 2)), (0, 1, 0, 0, 1, 0));
+        // The CDS ACK releases the removal (sent from the request path), still pending.
+        a.acked(CDS);
+        assert_eq!(record(&r, 1).acked, 1);
+        assert_eq!(record(&r, 2).pending, 1);
+        a.computed_holding(2, &[], &[LDS], false);
+        assert_eq!(record(&r, 2).pending, 1);
+        a.acked(LDS);
+        assert_eq!(counts(&record(&r, 2)), (0, 1, 1, 0, 0, 0));
     }
 
     #[test]

@@ -528,6 +528,7 @@ fn record_computed(
         revision,
         marked,
         responses.iter().map(|r| (r.type_url(), r.nonce())),
+        machine.removals_waiting(),
     );
     if !responses.is_empty() {
         mirror_revisions(rollout, machine, responses.iter().map(Response::type_url));

@@ -287,6 +287,14 @@ impl TypeState {
         }
     }
 
+    /// Removals due and not yet sent (held back until earlier responses are answered). A
+    /// stamp outlives its removal until the next poll, so what was sent is passed over.
+    pub fn removals_waiting(&self) -> bool {
+        self.removal_stamps
+            .keys()
+            .any(|k| self.sent.contains_key(k) && !self.desired.contains_key(k))
+    }
+
     /// Whether a poll would find nothing to do for this type: nothing to refresh, nothing that
     /// may differ from what the client has, nothing to answer or report, no removal waiting.
     /// The common case after an ACK, which every stream sends for every response.
