@@ -44,8 +44,11 @@ pub struct Inbox {
 struct Pending {
     keys: BTreeSet<ResourceKey>,
     everything: bool,
-    /// The latest revision marked: the stream must compute from a snapshot at least as new.
+    /// The latest revision marked, in the index's latest epoch: the stream must compute from
+    /// a snapshot at least as new — by `(epoch, revision)`, since a reload after the head went
+    /// back (failover) starts a new epoch at a lower revision.
     revision: u64,
+    epoch: u64,
     /// Every revision marked, for rollout tracking (`crate::rollout`); at most
     /// [`crate::rollout::MAX_CONCERNS`], the oldest given up beyond.
     revisions: Vec<u64>,
@@ -57,6 +60,7 @@ pub struct Marked {
     /// The changed resources, or `None` for everything.
     pub keys: Option<BTreeSet<ResourceKey>>,
     pub revision: u64,
+    pub epoch: u64,
     /// Each revision marked, oldest first.
     pub revisions: Vec<u64>,
 }
@@ -89,20 +93,23 @@ impl Inbox {
         &self,
         keys: impl IntoIterator<Item = &'a ResourceKey>,
         revision: u64,
+        epoch: u64,
     ) -> MarkResult {
         let mut result = MarkResult::default();
         if let Ok(mut pending) = self.pending.lock() {
             if !pending.everything {
                 pending.keys.extend(keys.into_iter().cloned());
             }
-            pending.revision = pending.revision.max(revision);
+            if (epoch, revision) > (pending.epoch, pending.revision) {
+                (pending.epoch, pending.revision) = (epoch, revision);
+            }
             result = pending.note(revision);
         }
         self.notify.notify_one();
         result
     }
 
-    fn mark_everything(&self, revision: u64) -> MarkResult {
+    fn mark_everything(&self, revision: u64, epoch: u64) -> MarkResult {
         let mut result = MarkResult::default();
         if let Ok(mut pending) = self.pending.lock() {
             result = pending.note(revision);
@@ -111,6 +118,7 @@ impl Inbox {
             // Everything is computed afresh, from this revision on: earlier marks are moot
             // (and after a head that went backwards, never published again).
             pending.revision = revision;
+            pending.epoch = epoch;
         }
         self.notify.notify_one();
         result
@@ -135,17 +143,20 @@ impl Inbox {
             return Marked::default();
         };
         let revision = std::mem::take(&mut pending.revision);
+        let epoch = std::mem::take(&mut pending.epoch);
         let revisions = std::mem::take(&mut pending.revisions);
         if std::mem::take(&mut pending.everything) {
             return Marked {
                 keys: None,
                 revision,
+                epoch,
                 revisions,
             };
         }
         Marked {
             keys: Some(std::mem::take(&mut pending.keys)),
             revision,
+            epoch,
             revisions,
         }
     }
@@ -155,6 +166,7 @@ impl Inbox {
 #[derive(Debug)]
 struct Dispatching {
     revision: u64,
+    epoch: u64,
     /// `None`: everything changed.
     changed: Option<Arc<BTreeSet<ResourceKey>>>,
 }
@@ -327,13 +339,15 @@ impl Registry {
         let catch_up = indexes
             .dispatching
             .as_ref()
-            .map(|d| (entry.inbox.clone(), d.changed.clone(), d.revision));
+            .map(|d| (entry.inbox.clone(), d.changed.clone(), d.revision, d.epoch));
         drop(guard);
         let marked = match catch_up {
-            Some((inbox, Some(changed), revision)) => {
-                (inbox.mark(changed.iter(), revision), revision)
+            Some((inbox, Some(changed), revision, epoch)) => {
+                (inbox.mark(changed.iter(), revision, epoch), revision)
             }
-            Some((inbox, None, revision)) => (inbox.mark_everything(revision), revision),
+            Some((inbox, None, revision, epoch)) => {
+                (inbox.mark_everything(revision, epoch), revision)
+            }
             None => return,
         };
         self.rollout_marked(marked.0, marked.1);
@@ -389,12 +403,12 @@ impl Registry {
                 Some(keys) => machine.on_changes(keys),
                 None => machine.on_everything_changed(),
             }
-            if marked.revision <= snapshot.revision {
+            if (marked.epoch, marked.revision) <= (snapshot.epoch, snapshot.revision) {
                 return snapshot;
             }
             // Marked for a revision still being dispatched: wait for it, then look again.
             if published
-                .wait_for(|s| s.revision >= marked.revision)
+                .wait_for(|s| (s.epoch, s.revision) >= (marked.epoch, marked.revision))
                 .await
                 .is_err()
             {
@@ -407,7 +421,9 @@ impl Registry {
     /// `None`), then publishes it.
     pub fn dispatch(&self, snapshot: Arc<Snapshot>, changed: Option<BTreeSet<ResourceKey>>) {
         let revision = snapshot.revision;
-        self.rollouts.dispatching(
+        let epoch = snapshot.epoch;
+        self.rollouts.dispatching_in(
+            epoch,
             self.snapshot().revision,
             revision,
             snapshot.committed_at_ms(),
@@ -416,6 +432,7 @@ impl Registry {
         if let Ok(mut indexes) = self.indexes.lock() {
             indexes.dispatching = Some(Dispatching {
                 revision,
+                epoch,
                 changed: changed.clone(),
             });
         }
@@ -423,7 +440,7 @@ impl Registry {
             Some(changed) => {
                 let targets = self.targets(changed);
                 for (inbox, keys) in targets.into_values() {
-                    self.rollout_marked(inbox.mark(keys, revision), revision);
+                    self.rollout_marked(inbox.mark(keys, revision, epoch), revision);
                 }
             }
             None => {
@@ -432,7 +449,7 @@ impl Registry {
                     Err(_) => Vec::new(),
                 };
                 for inbox in &inboxes {
-                    self.rollout_marked(inbox.mark_everything(revision), revision);
+                    self.rollout_marked(inbox.mark_everything(revision, epoch), revision);
                 }
             }
         }

@@ -61,6 +61,10 @@ pub struct Rollouts {
     pub settled: Notify,
     /// Observes commit → ACK, in seconds (the convergence histogram).
     observer: Mutex<Option<Observer>>,
+    /// The index's epoch of the records: a reload (the database's head went back or
+    /// diverged, as after a failover) reuses revision numbers for other content, so the
+    /// records and what streams accepted start over.
+    epoch: std::sync::atomic::AtomicU64,
 }
 
 #[derive(Debug, Default)]
@@ -143,8 +147,25 @@ impl Rollouts {
     /// The dispatcher starts telling streams of `revision`, and of the revisions after
     /// `previous` before it, which reach the streams together with it.
     pub fn dispatching(&self, previous: u64, revision: u64, committed_at_ms: Option<i64>) {
+        self.dispatching_in(self.epoch(), previous, revision, committed_at_ms);
+    }
+
+    /// [`Self::dispatching`] in the index's `epoch`: a new epoch forgets every record.
+    pub fn dispatching_in(
+        &self,
+        epoch: u64,
+        previous: u64,
+        revision: u64,
+        committed_at_ms: Option<i64>,
+    ) {
         if let Ok(mut records) = self.records.lock() {
             let records = &mut *records;
+            if epoch != self.epoch() {
+                records.by_revision.clear();
+                records.with.clear();
+                self.epoch
+                    .store(epoch, std::sync::atomic::Ordering::Release);
+            }
             records
                 .by_revision
                 .entry(revision)
@@ -260,6 +281,11 @@ impl Rollouts {
         }
     }
 
+    /// The index epoch of the records.
+    pub fn epoch(&self) -> u64 {
+        self.epoch.load(std::sync::atomic::Ordering::Acquire)
+    }
+
     /// The newest revision dispatched here.
     pub fn head(&self) -> Option<u64> {
         let records = self.records.lock().ok()?;
@@ -335,6 +361,8 @@ pub struct StreamRollout {
     stream_id: u64,
     types: Vec<TypeRollout>,
     concerns: VecDeque<Concern>,
+    /// The records' epoch this stream's part belongs to (see [`Rollouts::epoch`]).
+    epoch: u64,
 }
 
 impl Drop for StreamRollout {
@@ -352,7 +380,39 @@ impl StreamRollout {
             stream_id,
             types: Vec::new(),
             concerns: VecDeque::new(),
+            epoch: 0,
         }
+    }
+
+    /// After a reload (a new epoch), what was accepted and followed refers to revision
+    /// numbers that now name other content: it starts over (the records did too).
+    fn sync_epoch(&mut self) {
+        let current = self.rollouts.epoch();
+        if current != self.epoch {
+            self.types.clear();
+            self.concerns.clear();
+            self.epoch = current;
+        }
+    }
+
+    /// [`Self::computed`] from a snapshot of index epoch `epoch`: one from before a reload
+    /// decides nothing of the new epoch's revisions.
+    pub fn computed_in<'a>(
+        &mut self,
+        epoch: u64,
+        revision: u64,
+        marked: &[u64],
+        sent: impl IntoIterator<Item = (&'a str, &'a str)>,
+        removals_waiting: bool,
+    ) {
+        self.sync_epoch();
+        if epoch != self.epoch {
+            for &m in marked {
+                self.rollouts.decided(m, false);
+            }
+            return;
+        }
+        self.computed(revision, marked, sent, removals_waiting);
     }
 
     fn type_index(&mut self, type_url: &str) -> usize {
@@ -388,6 +448,7 @@ impl StreamRollout {
         sent: impl IntoIterator<Item = (&'a str, &'a str)>,
         removals_waiting: bool,
     ) {
+        self.sync_epoch();
         let mut types = Vec::new();
         for (type_url, nonce) in sent {
             let i = self.type_index(type_url);
@@ -434,6 +495,7 @@ impl StreamRollout {
 
     /// The client accepted the response of `type_url` with `nonce` (and so every earlier one).
     pub fn acked(&mut self, type_url: &str, nonce: Option<u64>) {
+        self.sync_epoch();
         let i = self.type_index(type_url);
         let t = &mut self.types[i];
         let Some(revision) = t.answered(nonce) else {
@@ -456,6 +518,7 @@ impl StreamRollout {
     /// The client refused the response of `type_url` with `nonce`, saying `error`: the
     /// revisions up to the one that response was computed from, not yet accepted, are refused.
     pub fn nacked(&mut self, type_url: &str, nonce: Option<u64>, node: &str, error: &str) {
+        self.sync_epoch();
         let i = self.type_index(type_url);
         let t = &mut self.types[i];
         let Some(refused) = t.answered(nonce) else {
@@ -733,6 +796,32 @@ mod tests {
         assert_eq!(record(&r, 2).pending, 1);
         a.acked(LDS);
         assert_eq!(counts(&record(&r, 2)), (0, 1, 1, 0, 0, 0));
+    }
+
+    #[test]
+    fn a_reload_starts_records_and_acceptance_over() {
+        let r = Arc::new(Rollouts::default());
+        let mut a = Client::new(r.clone(), 1);
+        for n in 1..=10 {
+            dispatch(&r, n, 1);
+            a.computed(n, &[n], &[CDS]);
+        }
+        a.acked(CDS);
+        assert_eq!(record(&r, 10).acked, 1);
+        // The database went back to 7 (failover); 8 is written again with other content.
+        r.dispatching_in(1, 10, 7, Some(now_ms()));
+        r.marked(7);
+        r.published(7);
+        a.computed(7, &[7], &[CDS]);
+        r.dispatching_in(1, 7, 8, Some(now_ms()));
+        r.marked(8);
+        r.published(8);
+        a.computed(8, &[8], &[CDS]);
+        assert_eq!(counts(&record(&r, 8)), (0, 1, 0, 0, 1, 0));
+        a.nacked(CDS, "n", "bad");
+        assert_eq!(record(&r, 8).nacked, 1);
+        assert_eq!(a.versions(CDS), Some((0, 8)));
+        assert_eq!(r.get(9), Known::NotYet);
     }
 
     #[test]

@@ -520,11 +520,12 @@ fn record_refusals(rollout: &mut StreamRollout, refusals: Vec<Refusal>, response
 fn record_computed(
     rollout: &mut StreamRollout,
     machine: &StreamMachine,
-    revision: u64,
+    (epoch, revision): (u64, u64),
     marked: &[u64],
     responses: &[Response],
 ) {
-    rollout.computed(
+    rollout.computed_in(
+        epoch,
         revision,
         marked,
         responses.iter().map(|r| (r.type_url(), r.nonce())),
@@ -666,7 +667,7 @@ async fn run_stream<Req, Resp>(
                         let mut marked = Vec::new();
                         let snapshot = shared.registry.catch_up_marked(&registration.inbox, &mut machine, &mut marked).await;
                         let responses = machine.poll(&snapshot);
-                        record_computed(&mut rollout, &machine, snapshot.revision, &marked, &responses);
+                        record_computed(&mut rollout, &machine, (snapshot.epoch, snapshot.revision), &marked, &responses);
                         record_refusals(&mut rollout, refusals, &responses);
                         responses
                     }
@@ -695,7 +696,7 @@ async fn run_stream<Req, Resp>(
                 let mut marked = Vec::new();
                 let snapshot = shared.registry.catch_up_marked(&registration.inbox, &mut machine, &mut marked).await;
                 let responses = machine.poll(&snapshot);
-                record_computed(&mut rollout, &machine, snapshot.revision, &marked, &responses);
+                record_computed(&mut rollout, &machine, (snapshot.epoch, snapshot.revision), &marked, &responses);
                 if !responses.is_empty()
                     && let Some(committed) = snapshot.committed_at_ms()
                 {

@@ -117,10 +117,11 @@ variants:
         stderr(&output)
     );
 
-    // Not YAML at all: where the parser stopped.
+    // Not YAML at all: where the parser stopped (documents are read one at a time, so the
+    // first one is whole).
     std::fs::write(
         dir.path().join("broken.yaml"),
-        "type: route\n---\nname: [x\nvariants: []\n",
+        "type: route\nname: a\nvariants: []\n---\nname: [x\nvariants: []\n",
     )
     .unwrap();
     let output = run(&[
@@ -131,7 +132,7 @@ variants:
     assert_eq!(output.status.code(), Some(2));
     let error = stderr(&output);
     assert!(
-        error.contains("broken.yaml:4:") && error.contains("(document 2): not valid YAML"),
+        error.contains("broken.yaml:6:") && error.contains("(document 2): not valid YAML"),
         "{error}"
     );
 }

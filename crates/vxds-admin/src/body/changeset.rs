@@ -226,7 +226,8 @@ impl<'de, 'a> Visitor<'de> for ChangesetSeed<'a> {
             }
             match field {
                 0 => header.expected_revision = map.next_value()?,
-                1 => header.dry_run = map.next_value::<Option<bool>>()?.unwrap_or(false),
+                // As the derived reading of `ChangesetRequest`: a boolean, never null.
+                1 => header.dry_run = map.next_value::<bool>()?,
                 2 => header.message = map.next_value()?,
                 _ => map.next_value_seed(Operations {
                     checker: &mut self.checker,
@@ -311,6 +312,11 @@ mod tests {
         }
         match decoded(r#"{"operations": []"#) {
             Err(ApiError::BadRequest { errors, .. }) => assert_eq!(errors[0].code, "invalid_json"),
+            other => panic!("{other:?}"),
+        }
+        // `dry_run: null` is no boolean: refused, as the YAML body, the CLI and fixtures do.
+        match decoded(r#"{"dry_run": null, "operations": []}"#) {
+            Err(ApiError::BadRequest { .. }) => {}
             other => panic!("{other:?}"),
         }
         match decoded(r#"{"operations": []} x"#) {
