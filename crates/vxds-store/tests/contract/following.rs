@@ -49,8 +49,10 @@ async fn a_head_that_goes_backwards_reloads_the_index(db: TestDb) {
     let (index, task) = index::start(replica.clone()).await.unwrap();
     assert_eq!(index.snapshot().revision, 3);
 
-    // The database is restored to revision 1.
+    // The database is restored to revision 1, in one transaction (as a restore from backup
+    // or a failover shows it: never half of it).
     let pool = sqlx::AnyPool::connect(&db.url).await.unwrap();
+    let mut tx = pool.begin().await.unwrap();
     for sql in [
         "DELETE FROM vxds_revision_changes WHERE revision > 1",
         "DELETE FROM vxds_revisions WHERE revision > 1",
@@ -59,8 +61,9 @@ async fn a_head_that_goes_backwards_reloads_the_index(db: TestDb) {
         "DELETE FROM vxds_resources WHERE name IN ('b', 'c')",
         "UPDATE vxds_head SET revision = 1 WHERE id = 1",
     ] {
-        sqlx::query(sql).execute(&pool).await.unwrap();
+        sqlx::query(sql).execute(&mut *tx).await.unwrap();
     }
+    tx.commit().await.unwrap();
     pool.close().await;
     let deadline = tokio::time::Instant::now() + Duration::from_secs(10);
     while index.snapshot().revision != 1 {
