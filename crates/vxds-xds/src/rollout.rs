@@ -573,20 +573,7 @@ mod tests {
         }
 
         fn computed(&mut self, revision: u64, marked: &[u64], types: &[&'static str]) {
-            let sent: Vec<(&str, String)> = types
-                .iter()
-                .map(|&t| {
-                    self.nonce += 1;
-                    self.latest.insert(t, self.nonce);
-                    (t, self.nonce.to_string())
-                })
-                .collect();
-            self.rollout.computed(
-                revision,
-                marked,
-                sent.iter().map(|(t, n)| (*t, n.as_str())),
-                false,
-            );
+            self.computed_holding(revision, marked, types, false);
         }
 
         /// A computation that sent `types` while removals stay held back, or not.
