@@ -25,6 +25,8 @@ mod collections;
 mod failover;
 #[path = "real_clients/mtls.rs"]
 mod mtls;
+#[path = "real_clients/pg_failover.rs"]
+mod pg_failover;
 #[path = "real_clients/protocol.rs"]
 mod protocol;
 #[path = "real_clients/rollout.rs"]
