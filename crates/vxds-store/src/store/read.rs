@@ -322,6 +322,8 @@ impl Store {
             head.try_get::<i64, _>(1)?,
         );
         let pruned = pruned_through(&mut tx).await?;
+        // Set when the reader's commit cannot be checked: it gets the whole state.
+        let mut unchecked = false;
         if let Some(expected) = commit_id
             && revision > 0
             && !state_only
@@ -330,17 +332,24 @@ impl Store {
                 tx.commit().await?;
                 return Ok(Followed::Diverged { head });
             }
-            // A pruned revision cannot be checked; the whole state is read below anyway.
-            if revision > pruned {
+            // Revisions before the newest pruned one cannot be checked; the whole state is read
+            // below anyway. The newest pruned one still has its row while a kept revision
+            // starts from a change it made; once its row is gone, it cannot be checked either,
+            // and only the changes after it would leave a diverged reader's state standing.
+            if revision >= pruned {
                 let found = sqlx::query("SELECT commit_id FROM vxds_revisions WHERE revision = $1")
                     .bind(revision as i64)
                     .fetch_optional(&mut *tx)
                     .await?
                     .map(|row| row.try_get::<i64, _>(0))
                     .transpose()?;
-                if found != Some(expected) {
-                    tx.commit().await?;
-                    return Ok(Followed::Diverged { head });
+                match found {
+                    Some(found) if found == expected => {}
+                    None if revision == pruned => unchecked = true,
+                    _ => {
+                        tx.commit().await?;
+                        return Ok(Followed::Diverged { head });
+                    }
                 }
             }
         }
@@ -357,7 +366,7 @@ impl Store {
         }
         // Deletions in pruned revisions are gone: from before them only the whole state says
         // what is.
-        if revision < pruned {
+        if revision < pruned || unchecked {
             (revision, state_only) = (0, true);
         }
         let complete = revision == 0 || state_only;

@@ -3,7 +3,7 @@
 //! `HistoryPruned` for the rest; the index starts from the head's state.
 
 use vxds_store::{
-    ChangeBatch, RestoreError, RestoreOptions, Restored, Retention, RevisionDiff, Snapshot,
+    ChangeBatch, Followed, RestoreError, RestoreOptions, Restored, Retention, RevisionDiff, Snapshot,
 };
 
 use super::*;
@@ -15,6 +15,8 @@ on_both_backends!(
     pruning_removes_the_rows_no_kept_revision_needs,
     the_index_starts_from_the_head_state,
     a_reader_from_before_the_pruned_revision_gets_the_whole_state,
+    the_newest_pruned_revision_is_the_boundary,
+    a_reader_at_the_newest_pruned_revision_is_checked,
 );
 
 fn put(name: &str, body: &str) -> Value {
@@ -289,4 +291,102 @@ async fn a_reader_from_before_the_pruned_revision_gets_the_whole_state(db: TestD
     let batch = store.changes_since(9).await.unwrap();
     assert!(!batch.complete);
     assert_eq!(batch.resources.len(), 1);
+}
+
+/// Issue 21: the revision numbers either side of `pruned_through`. The newest pruned one
+/// answers `HistoryPruned` naming the next, which answers as before; a reader at the newest
+/// pruned one is one revision behind and gets only what changed since; one before it, the
+/// whole state.
+async fn the_newest_pruned_revision_is_the_boundary(db: TestDb) {
+    let store = db.store().await;
+    let mut revisions = script();
+    let later = revisions.split_off(9);
+    write(&store, revisions).await;
+    let at_nine = Snapshot::default().apply(store.changes_since(0).await.unwrap());
+    write(&store, later).await;
+    assert_eq!(store.prune_all_at(&count(1), now_ms()).await.unwrap(), 10);
+    let fresh = Snapshot::default().apply(store.current_state().await.unwrap());
+
+    assert_eq!(pruned(store.revision(9).await.unwrap_err()), (9, 10));
+    assert_eq!(store.revision(10).await.unwrap().unwrap().revision, 10);
+    assert_eq!(pruned(store.revision_diff(9).await.unwrap_err()), (9, 10));
+    let diff = store.revision_diff(10).await.unwrap().unwrap();
+    assert_eq!(diff.resources.len(), 1);
+    // The state right after 9 is what 10 starts from: it may still be restored; 8's not.
+    let dry_run = || RestoreOptions {
+        dry_run: true,
+        ..Default::default()
+    };
+    let restored = store.restore(9, dry_run(), None).await.unwrap();
+    assert_eq!(restored.applied.changes.len(), 1);
+    match store.restore(8, dry_run(), None).await {
+        Err(RestoreError::Apply(ApplyError::Store(e))) => assert_eq!(pruned(e), (8, 10)),
+        other => panic!("expected HistoryPruned, got {other:?}"),
+    }
+
+    let batch = store.changes_since(9).await.unwrap();
+    assert!(!batch.complete);
+    assert_eq!(contents(&at_nine.apply(batch)), contents(&fresh));
+    assert!(store.changes_since(8).await.unwrap().complete);
+}
+
+/// A reader that holds the newest pruned revision as some commit is checked like one at a
+/// kept revision: its commit id is compared while the revision's row is there, and when the
+/// pruning removed the row (nothing kept refers to it) it is sent the whole state, as a
+/// reader from before is — never only the changes after a state it may not share.
+async fn a_reader_at_the_newest_pruned_revision_is_checked(db: TestDb) {
+    let store = db.store().await;
+    let mut revisions = script();
+    let later = revisions.split_off(9);
+    write(&store, revisions).await;
+    let at_nine = store.changes_since(0).await.unwrap();
+    let (nine, commit) = (at_nine.revision, at_nine.commit_id);
+    assert_eq!(nine, 9);
+    write(&store, later).await;
+    // 9 (a's last put) is pruned but its row stays: the state 10 starts from.
+    assert_eq!(store.prune_all_at(&count(1), now_ms()).await.unwrap(), 10);
+    match store.changes_after(9, commit).await.unwrap() {
+        Followed::Changes(batch) => {
+            assert!(!batch.complete);
+            assert_eq!(batch.revision, 10);
+        }
+        other => panic!("expected the changes after 9, got {other:?}"),
+    }
+    assert_eq!(
+        store.changes_after(9, commit.wrapping_add(1)).await.unwrap(),
+        Followed::Diverged { head: 10 }
+    );
+
+    // 12 (x's deletion) is pruned with its row: it cannot be checked.
+    write(&store, [vec![put("x", "x1")], vec![del("x")]]).await;
+    let at_twelve = store.changes_since(0).await.unwrap();
+    assert_eq!(at_twelve.revision, 12);
+    write(&store, [vec![put("a", "a5")]]).await;
+    assert_eq!(store.prune_all_at(&count(1), now_ms()).await.unwrap(), 13);
+    assert_eq!(rows_at(&db, 12).await, 0);
+    let fresh = Snapshot::default().apply(store.current_state().await.unwrap());
+    for commit in [at_twelve.commit_id, at_twelve.commit_id.wrapping_add(1)] {
+        match store.changes_after(12, commit).await.unwrap() {
+            Followed::Changes(batch) => {
+                assert!(batch.complete, "the changes after an unchecked 12");
+                let caught_up = Snapshot::default().apply(at_twelve.clone()).apply(batch);
+                assert_eq!(contents(&caught_up), contents(&fresh));
+            }
+            other => panic!("expected the whole state, got {other:?}"),
+        }
+    }
+    // Without a commit to check, the changes after 12 are all kept.
+    assert!(!store.changes_since(12).await.unwrap().complete);
+}
+
+/// Whether revision `n`'s row is still in `vxds_revisions`.
+async fn rows_at(db: &TestDb, n: i64) -> i64 {
+    let pool = sqlx::AnyPool::connect(&db.url).await.unwrap();
+    let found: i64 = sqlx::query_scalar("SELECT COUNT(*) FROM vxds_revisions WHERE revision = $1")
+        .bind(n)
+        .fetch_one(&pool)
+        .await
+        .unwrap();
+    pool.close().await;
+    found
 }
