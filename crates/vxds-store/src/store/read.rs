@@ -246,7 +246,7 @@ impl Store {
         // they are not revisions any more.
         let after = after.max(pruned_through);
         let rows = sqlx::query(
-            "SELECT revision, created_at_ms, author, message FROM vxds_revisions \
+            "SELECT revision, created_at_ms, author, message, commit_id FROM vxds_revisions \
              WHERE revision > $1 AND revision <= $2 ORDER BY revision LIMIT $3",
         )
         .bind(after as i64)
@@ -262,6 +262,7 @@ impl Store {
                     created_at_ms: row.try_get(1)?,
                     author: row.try_get(2)?,
                     message: row.try_get(3)?,
+                    commit_id: row.try_get(4)?,
                     changes: Vec::new(),
                 })
             })
@@ -322,6 +323,8 @@ impl Store {
             head.try_get::<i64, _>(1)?,
         );
         let pruned = pruned_through(&mut tx).await?;
+        // Set when the reader's commit cannot be checked: it gets the whole state.
+        let mut unchecked = false;
         if let Some(expected) = commit_id
             && revision > 0
             && !state_only
@@ -330,17 +333,24 @@ impl Store {
                 tx.commit().await?;
                 return Ok(Followed::Diverged { head });
             }
-            // A pruned revision cannot be checked; the whole state is read below anyway.
-            if revision > pruned {
+            // Revisions before the newest pruned one cannot be checked; the whole state is read
+            // below anyway. The newest pruned one still has its row while a kept revision
+            // starts from a change it made; once its row is gone, it cannot be checked either,
+            // and only the changes after it would leave a diverged reader's state standing.
+            if revision >= pruned {
                 let found = sqlx::query("SELECT commit_id FROM vxds_revisions WHERE revision = $1")
                     .bind(revision as i64)
                     .fetch_optional(&mut *tx)
                     .await?
                     .map(|row| row.try_get::<i64, _>(0))
                     .transpose()?;
-                if found != Some(expected) {
-                    tx.commit().await?;
-                    return Ok(Followed::Diverged { head });
+                match found {
+                    Some(found) if found == expected => {}
+                    None if revision == pruned => unchecked = true,
+                    _ => {
+                        tx.commit().await?;
+                        return Ok(Followed::Diverged { head });
+                    }
                 }
             }
         }
@@ -357,7 +367,7 @@ impl Store {
         }
         // Deletions in pruned revisions are gone: from before them only the whole state says
         // what is.
-        if revision < pruned {
+        if revision < pruned || unchecked {
             (revision, state_only) = (0, true);
         }
         let complete = revision == 0 || state_only;
@@ -370,8 +380,8 @@ impl Store {
             ("c.revision > $1", revision)
         };
         let sql = sqlx::AssertSqlSafe(format!(
-            "SELECT c.revision, r.created_at_ms, c.type_url, c.name, r.author, r.message \
-             FROM vxds_revision_changes c JOIN vxds_revisions r ON r.revision = c.revision \
+            "SELECT c.revision, r.created_at_ms, c.type_url, c.name, r.author, r.message, \
+             r.commit_id FROM vxds_revision_changes c JOIN vxds_revisions r ON r.revision = c.revision \
              WHERE {condition} ORDER BY c.revision, c.type_url, c.name"
         ));
         let mut rows = sqlx::query(sql).bind(from as i64).fetch(&mut *tx);
@@ -385,6 +395,7 @@ impl Store {
                 Some(last) if last.revision == n => last.changed.push(key),
                 _ => revisions.push(RevisionChangeList {
                     revision: n,
+                    commit_id: row.try_get(6)?,
                     committed_at_ms: row.try_get(1)?,
                     changed: vec![key],
                     author: row.try_get(4)?,
