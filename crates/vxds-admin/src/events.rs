@@ -15,6 +15,12 @@
 //! reader's queue shares the bytes; queues are bounded in bytes; at most
 //! `--max-event-readers` streams are open (503 beyond). Readers hold no index snapshot.
 //!
+//! Event ids name a revision and its commit (`N-<commit id in hex>`; `N` alone for revisions
+//! from before commit ids): after a failover to a lagging standby the next commits reuse
+//! revision numbers, and a reader resuming from a revision the database now holds as another
+//! commit (or no longer holds) gets `reset` (`head_went_back`), even when it was not connected
+//! when the index reloaded.
+//!
 //! Resumable: with `Last-Event-ID: N` the stream first replays every revision after N —
 //! from the index's recent change lists, or from the store's history for what the index no
 //! longer remembers (if the store cannot answer, `lagged` says how many were skipped) — then
@@ -185,8 +191,45 @@ fn changed_name(key: &ResourceKey) -> ChangedName {
     }
 }
 
+/// An event's id: a revision and its commit id, so that a resume tells the revision the
+/// reader was told of from another commit with the same number (after a failover).
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub(crate) struct EventId {
+    pub(crate) revision: u64,
+    /// 0: unknown (revisions from before commit ids, or a resume by number only): not checked.
+    pub(crate) commit: i64,
+}
+
+impl EventId {
+    pub(crate) fn new(revision: u64, commit: i64) -> Self {
+        Self { revision, commit }
+    }
+
+    /// `N`, or `N-<commit id>`: a revision number and the commit id's 64 bits in hex.
+    fn parse(text: &str) -> Option<Self> {
+        let (revision, commit) = match text.split_once('-') {
+            Some((revision, commit)) if commit.len() == 16 => {
+                (revision, u64::from_str_radix(commit, 16).ok()? as i64)
+            }
+            Some(_) => return None,
+            None => (text, 0),
+        };
+        let revision = revision.parse::<u64>().ok().filter(|n| *n <= i64::MAX as u64)?;
+        Some(Self { revision, commit })
+    }
+}
+
+impl std::fmt::Display for EventId {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        match self.commit {
+            0 => write!(f, "{}", self.revision),
+            commit => write!(f, "{}-{:016x}", self.revision, commit as u64),
+        }
+    }
+}
+
 /// One Server-Sent Event: `event:`, `id:` if given, and the JSON of `data` on one line.
-pub(crate) fn frame(name: &str, id: Option<u64>, data: &impl Serialize) -> Bytes {
+pub(crate) fn frame(name: &str, id: Option<EventId>, data: &impl Serialize) -> Bytes {
     let mut out = Vec::with_capacity(128);
     out.extend_from_slice(b"event: ");
     out.extend_from_slice(name.as_bytes());
@@ -201,12 +244,13 @@ pub(crate) fn frame(name: &str, id: Option<u64>, data: &impl Serialize) -> Bytes
     Bytes::from(out)
 }
 
-fn reset_frame(revision: u64, reason: ResetReason) -> Bytes {
-    frame("reset", Some(revision), &ResetEvent { revision, reason })
+fn reset_frame(id: EventId, reason: ResetReason) -> Bytes {
+    let revision = id.revision;
+    frame("reset", Some(id), &ResetEvent { revision, reason })
 }
 
-/// `Last-Event-ID`, if given: a revision number.
-fn last_event_id(headers: &HeaderMap) -> Result<Option<u64>, ApiError> {
+/// `Last-Event-ID`, if given: an event's id (`N-<commit>`), or a revision number.
+fn last_event_id(headers: &HeaderMap) -> Result<Option<EventId>, ApiError> {
     let Some(value) = headers.get("last-event-id") else {
         return Ok(None);
     };
@@ -215,17 +259,14 @@ fn last_event_id(headers: &HeaderMap) -> Result<Option<u64>, ApiError> {
     if text.is_empty() {
         return Ok(None);
     }
-    text.parse::<u64>()
-        .ok()
-        .filter(|n| *n <= i64::MAX as u64)
-        .map(Some)
-        .ok_or_else(|| {
-            ApiError::bad_header(
-                "last-event-id",
-                "invalid_event_id",
-                "must be a revision number (the id of a `revision` or `hello` event)",
-            )
-        })
+    EventId::parse(text).map(Some).ok_or_else(|| {
+        ApiError::bad_header(
+            "last-event-id",
+            "invalid_event_id",
+            "must be an event's id (`N-<commit>`, the id of a `revision`, `hello` or `reset` \
+             event) or a revision number",
+        )
+    })
 }
 
 /// Follow revisions and client events as Server-Sent Events.
@@ -235,11 +276,11 @@ fn last_event_id(headers: &HeaderMap) -> Result<Option<u64>, ApiError> {
     operation_id = "streamEvents",
     tag = "revisions",
     params(
-        ("Last-Event-ID" = Option<u64>, Header, description = "Resume: replay every revision after this one first"),
+        ("Last-Event-ID" = Option<String>, Header, description = "Resume: replay every revision after this one first. An event's id (`N-<commit id, 16 hex digits>`: a revision this server no longer holds as that commit, after a failover to a lagging standby, answers `reset`) or a bare revision number (not checked)"),
     ),
     responses(
-        (status = 200, description = "A `text/event-stream` (with `X-Accel-Buffering: no`): with `Last-Event-ID`, the revisions after it replayed first; then `hello` (id: the revision the reader is current with); then live `revision` events (id: the revision number; `change_count` and the first 100 changed names), `client_connected`, `client_disconnected`, `ack`, `nack` (with the client's error text), `lagged` (client events the server missed) and `reset` (`head_went_back`: a restored database or a failover to a lagging standby, even at the same revision number; `slow_reader`: the reader fell more than its queue (1 MiB) behind, and the stream ends so that it resumes with `Last-Event-ID`); keep-alive comments while idle. Each `data:` is the JSON of the `StreamEvent` variant the `event:` names (`client` for the four client events, told apart by their `event` field).", body = StreamEvent, content_type = "text/event-stream"),
-        (status = 400, description = "A `Last-Event-ID` that is not a revision number", body = ProblemBody, content_type = "application/problem+json"),
+        (status = 200, description = "A `text/event-stream` (with `X-Accel-Buffering: no`): with `Last-Event-ID`, the revisions after it replayed first; then `hello` (id: the revision the reader is current with); then live `revision` events (id: `N-<commit id>`, the revision number and its commit's id in 16 hex digits, or `N` for revisions from before commit ids; `change_count` and the first 100 changed names), `client_connected`, `client_disconnected`, `ack`, `nack` (with the client's error text), `lagged` (client events the server missed) and `reset` (`head_went_back`: a restored database or a failover to a lagging standby, even at the same revision number; `slow_reader`: the reader fell more than its queue (1 MiB) behind, and the stream ends so that it resumes with `Last-Event-ID`); keep-alive comments while idle. Each `data:` is the JSON of the `StreamEvent` variant the `event:` names (`client` for the four client events, told apart by their `event` field).", body = StreamEvent, content_type = "text/event-stream"),
+        (status = 400, description = "A `Last-Event-ID` that is neither an event's id nor a revision number", body = ProblemBody, content_type = "application/problem+json"),
         (status = 503, description = "As many event streams are open as `--max-event-readers` allows (default 256; `too_many_event_readers`), or the server is shutting down (`draining`); `Retry-After` says when to try again", body = ProblemBody, content_type = "application/problem+json"),
         ReadProblems,
     ),
@@ -272,6 +313,7 @@ pub async fn events(
     let reader = Reader {
         keep_alive: state.events_keep_alive,
         last: slot.joined_at,
+        last_commit: slot.joined_commit,
         state,
         slot,
         resume,
@@ -325,9 +367,11 @@ enum Phase {
 struct Reader {
     state: AdminState,
     slot: Slot,
-    resume: Option<u64>,
+    resume: Option<EventId>,
     /// The newest revision this reader has (or had when it resumed).
     last: u64,
+    /// `last`'s commit id (0: unknown), for the ids of `hello` and `reset`.
+    last_commit: i64,
     phase: Phase,
     /// Frames made for this reader alone (the replay, `hello`).
     pending: VecDeque<Bytes>,
@@ -361,7 +405,7 @@ impl Reader {
                         clients: self.state.clients.is_some(),
                     };
                     self.pending
-                        .push_back(frame("hello", Some(self.last), &hello));
+                        .push_back(frame("hello", Some(self.last_id()), &hello));
                     self.phase = Phase::Live;
                 }
                 Phase::Live => {
@@ -374,17 +418,17 @@ impl Reader {
                         Next::Closed => return None,
                         Next::Overflowed => {
                             self.phase = Phase::Done;
-                            return Some(reset_frame(self.last, ResetReason::SlowReader));
+                            return Some(reset_frame(self.last_id(), ResetReason::SlowReader));
                         }
                         Next::Frame(frame) => match frame.kind {
-                            Kind::Revision(n) if n > self.last => {
-                                self.last = n;
+                            Kind::Revision(id) if id.revision > self.last => {
+                                (self.last, self.last_commit) = (id.revision, id.commit);
                                 return Some(frame.bytes);
                             }
                             // The index was reloaded (the database went back, or diverged
                             // at the same number): what the reader was told no longer holds.
-                            Kind::Reset(n) => {
-                                self.last = n;
+                            Kind::Reset(id) => {
+                                (self.last, self.last_commit) = (id.revision, id.commit);
                                 return Some(frame.bytes);
                             }
                             Kind::Revision(_) => {}
@@ -402,27 +446,73 @@ impl Reader {
     /// that revision, the reader simply skips the revisions up to it as they arrive. Only a
     /// revision the store does not have either (after a short wait for a write in flight) is
     /// a head that went back.
+    ///
+    /// A resume by an event's id also checks that the revision is still that commit: after a
+    /// failover to a lagging standby the number may name another commit (or none yet), and what
+    /// the reader was told up to it no longer holds, even if it was away when the index
+    /// reloaded.
     async fn resolve(&mut self) {
         let Some(resume) = self.resume else {
             return;
         };
         let indexed = self.state.index.snapshot().revision;
-        if resume <= indexed {
-            self.last = resume;
+        let reached = resume.revision <= indexed
+            || matches!(self.state.store.head_revision().await, Ok(head) if head >= resume.revision)
+            || tokio::time::timeout(RESUME_WAIT, self.state.index.wait_for(resume.revision))
+                .await
+                .is_ok();
+        if reached && self.same_commit(resume).await {
+            (self.last, self.last_commit) = (resume.revision, resume.commit);
             return;
         }
-        if matches!(self.state.store.head_revision().await, Ok(head) if head >= resume) {
-            self.last = resume;
-            return;
-        }
-        let waited = tokio::time::timeout(RESUME_WAIT, self.state.index.wait_for(resume)).await;
-        if waited.is_ok() {
-            self.last = resume;
-            return;
-        }
-        self.last = self.state.index.snapshot().revision;
+        let snapshot = self.state.index.snapshot();
+        (self.last, self.last_commit) = (snapshot.revision, snapshot.commit_id);
+        drop(snapshot);
         self.pending
-            .push_back(reset_frame(self.last, ResetReason::HeadWentBack));
+            .push_back(reset_frame(self.last_id(), ResetReason::HeadWentBack));
+    }
+
+    /// Whether the database (as the index has it, or the store's history for what the index
+    /// forgot) holds `id`'s revision as `id`'s commit. True when it cannot tell: a bare
+    /// number, a revision the retention pruned (the replay says so), a store that does not
+    /// answer.
+    async fn same_commit(&self, id: EventId) -> bool {
+        if id.commit == 0 {
+            return true;
+        }
+        let known = {
+            let snapshot = self.state.index.snapshot();
+            if snapshot.revision == id.revision {
+                Some(snapshot.commit_id)
+            } else {
+                snapshot
+                    .revisions_since(id.revision.saturating_sub(1))
+                    .next()
+                    .filter(|c| c.revision == id.revision)
+                    .map(|c| c.commit_id)
+            }
+        };
+        let commit = match known {
+            Some(commit) => commit,
+            None => match self
+                .state
+                .store
+                .revisions(id.revision.saturating_sub(1), 1)
+                .await
+            {
+                Ok(page) => match page.first().filter(|r| r.revision == id.revision) {
+                    Some(revision) => revision.commit_id,
+                    None => return true,
+                },
+                Err(_) => return true,
+            },
+        };
+        // 0: a revision from before commit ids, which the reader cannot have been told of.
+        commit == id.commit || commit == 0
+    }
+
+    fn last_id(&self) -> EventId {
+        EventId::new(self.last, self.last_commit)
     }
 
     /// The next page of revisions after `last` (up to where the reader joined the hub): from
@@ -443,12 +533,12 @@ impl Reader {
                     .take(REPLAY_PAGE)
                 {
                     let event = RevisionEvent::of_index(change);
-                    self.pending
-                        .push_back(frame("revision", Some(change.revision), &event));
-                    self.last = change.revision;
+                    let id = EventId::new(change.revision, change.commit_id);
+                    self.pending.push_back(frame("revision", Some(id), &event));
+                    (self.last, self.last_commit) = (id.revision, id.commit);
                 }
                 if self.pending.is_empty() {
-                    self.last = until;
+                    (self.last, self.last_commit) = (until, self.slot.joined_commit);
                 }
                 return;
             }
@@ -471,19 +561,21 @@ impl Reader {
             Ok(page) => {
                 for revision in page.iter().filter(|r| r.revision <= upto) {
                     let event = RevisionEvent::of_store(revision);
-                    self.pending
-                        .push_back(frame("revision", Some(revision.revision), &event));
-                    self.last = revision.revision;
+                    let id = EventId::new(revision.revision, revision.commit_id);
+                    self.pending.push_back(frame("revision", Some(id), &event));
+                    (self.last, self.last_commit) = (id.revision, id.commit);
                 }
-                if page.last().is_none_or(|r| r.revision >= upto) {
-                    self.last = self.last.max(upto);
+                if page.last().is_none_or(|r| r.revision >= upto) && upto > self.last {
+                    // Revisions the store does not list (none up to `upto`): their commit is
+                    // not known here.
+                    (self.last, self.last_commit) = (upto, 0);
                 }
             }
             Err(e) => {
                 tracing::warn!(error = %e, "replaying revisions for an event stream failed");
                 // The reader goes on from the index; it is told how many revisions it missed.
                 let missed = upto - self.last;
-                self.last = upto;
+                (self.last, self.last_commit) = (upto, 0);
                 self.pending
                     .push_back(frame("lagged", None, &LaggedEvent { missed }));
             }
@@ -491,8 +583,8 @@ impl Reader {
     }
 
     fn history_pruned(&mut self, until: u64) {
-        self.last = until;
+        (self.last, self.last_commit) = (until, self.slot.joined_commit);
         self.pending
-            .push_back(reset_frame(self.last, ResetReason::HistoryPruned));
+            .push_back(reset_frame(self.last_id(), ResetReason::HistoryPruned));
     }
 }

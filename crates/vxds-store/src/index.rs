@@ -204,6 +204,9 @@ impl IndexedResource {
 #[derive(Clone, Debug)]
 pub struct RevisionChanges {
     pub revision: u64,
+    /// Its commit id: event-stream ids carry it, so that a reader resuming after a failover
+    /// that reused the number is told to reset.
+    pub commit_id: i64,
     /// When it was committed (Unix milliseconds), for push-latency metrics.
     pub committed_at_ms: i64,
     pub changed: Arc<[ResourceKey]>,
@@ -395,6 +398,7 @@ impl Snapshot {
         for change in batch.revisions {
             let change = RevisionChanges {
                 revision: change.revision,
+                commit_id: change.commit_id,
                 committed_at_ms: change.committed_at_ms,
                 changed: change.changed.into(),
                 author: change.author.map(Into::into),

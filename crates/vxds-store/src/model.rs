@@ -76,6 +76,10 @@ pub struct Change {
 #[derive(Clone, Debug, PartialEq, Eq, Serialize)]
 pub struct Revision {
     pub revision: u64,
+    /// Its commit id (see [`ChangeBatch::commit_id`]): tells this revision from another
+    /// commit with the same number (event-stream ids carry it). Not part of its JSON.
+    #[serde(skip)]
+    pub commit_id: i64,
     pub created_at_ms: i64,
     pub author: Option<String>,
     pub message: Option<String>,
@@ -146,6 +150,8 @@ pub struct ListPage {
 #[derive(Clone, Debug, Default, PartialEq, Eq)]
 pub struct RevisionChangeList {
     pub revision: u64,
+    /// Its commit id (see [`ChangeBatch::commit_id`]; 0 for revisions from before ids).
+    pub commit_id: i64,
     pub committed_at_ms: i64,
     pub changed: Vec<ResourceKey>,
     /// Who committed it and why, carried into the index for the event stream.

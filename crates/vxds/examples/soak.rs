@@ -15,14 +15,15 @@
 //!   `Last-Event-ID` when the stream ends.
 //! - Replica 1 restarted (SIGTERM, then started again on its xDS address) half-way.
 //!
-//! Every `--report-every` it prints each replica's RSS, open files (/proc/PID/fd) and CPU and
-//! the errors so far. The server exposes no allocator figure, so memory is RSS only. At the
-//! end it stops writing and churning, reads the head's state (`POST /v1/resolve` for every
-//! cluster and shard, on both replicas), checks that every stream holds exactly that, and
-//! prints the slope of RSS and open files per hour after `--warm-up` (fitted by least
-//! squares, as a share of the mean), per replica process (the restarted replica's second
-//! process counts from its own start). It exits non-zero on any error, a stream that did not
-//! converge, or a slope above 2 % per hour.
+//! Every `--report-every` it prints each replica's RSS, heap (`vxds_heap_allocated_bytes` from
+//! its `/metrics`: what the server holds, which a leak grows, unlike the allocator's retained
+//! pages), open files (/proc/PID/fd) and CPU and the errors so far. At the end it stops writing
+//! and churning, reads the head's state (`POST /v1/resolve` for every cluster and shard, on
+//! both replicas), checks that every stream holds exactly that, and prints the slope of RSS,
+//! heap and open files per hour after `--warm-up` (fitted by least squares, as a share of the
+//! mean), per replica process (the restarted replica's second process counts from its own
+//! start). It exits non-zero on any error, a stream that did not converge, or a slope above
+//! 2 % per hour.
 //!
 //! ```sh
 //! cargo build --release -p vxds --example soak --bin vxds
@@ -531,6 +532,32 @@ struct Sample {
     at_s: f64,
     rss_mib: f64,
     fds: f64,
+    /// `vxds_heap_allocated_bytes` in MiB; None when the scrape failed (a restart).
+    heap_mib: Option<f64>,
+    /// `vxds_heap_resident_bytes` in MiB.
+    resident_mib: Option<f64>,
+}
+
+/// The heap gauges (allocated, resident) in MiB from a replica's `/metrics`.
+async fn heap_figures(client: &reqwest::Client, admin: &str) -> (Option<f64>, Option<f64>) {
+    let Ok(response) = client
+        .get(format!("{admin}/metrics"))
+        .timeout(Duration::from_secs(5))
+        .send()
+        .await
+    else {
+        return (None, None);
+    };
+    let text = response.text().await.unwrap_or_default();
+    let mib = |name: &str| {
+        text.lines()
+            .find_map(|l| l.strip_prefix(name)?.strip_prefix(' ')?.trim().parse::<f64>().ok())
+            .map(|bytes| bytes / f64::from(1u32 << 20))
+    };
+    (
+        mib("vxds_heap_allocated_bytes"),
+        mib("vxds_heap_resident_bytes"),
+    )
 }
 
 /// A replica process's samples: replica 1 has two when it was restarted.
@@ -545,12 +572,12 @@ struct Process {
 fn slope_per_hour(
     samples: &[Sample],
     from_s: f64,
-    value: fn(&Sample) -> f64,
+    value: fn(&Sample) -> Option<f64>,
 ) -> Option<(f64, f64, usize)> {
     let points: Vec<(f64, f64)> = samples
         .iter()
         .filter(|s| s.at_s >= from_s)
-        .map(|s| (s.at_s / 3600.0, value(s)))
+        .filter_map(|s| Some((s.at_s / 3600.0, value(s)?)))
         .collect();
     if points.len() < 3 {
         return None;
@@ -684,7 +711,9 @@ async fn soak(
         args.duration,
         args.warm_up,
     );
-    println!("the server exposes no allocator figure: memory is RSS only (VmRSS)");
+    println!(
+        "memory: RSS (VmRSS) and heap (vxds_heap_allocated_bytes: what the server holds; resident: what jemalloc keeps)"
+    );
     // Connect at most ~200 streams a second, as a fleet coming up would.
     for (stream, kind) in kinds.iter().copied().enumerate() {
         let (churn, replica) = (churns(stream), replica_of(stream));
@@ -724,9 +753,9 @@ async fn soak(
     let mut restart_window: Option<(String, String)> = None;
     let log_time = |at: std::time::SystemTime| humantime::format_rfc3339_micros(at).to_string();
     println!(
-        "\n| min | replica 0 RSS MiB | fds | CPU s | replica 1 RSS MiB | fds | CPU s | streams live | sessions | writes | event MiB | errors | restart disconnects | load gen RSS MiB |"
+        "\n| min | replica 0 RSS MiB | heap MiB | resident MiB | fds | CPU s | replica 1 RSS MiB | heap MiB | resident MiB | fds | CPU s | streams live | sessions | writes | event MiB | errors | restart disconnects | load gen RSS MiB |"
     );
-    println!("|---|---|---|---|---|---|---|---|---|---|---|---|---|---|");
+    println!("|---|---|---|---|---|---|---|---|---|---|---|---|---|---|---|---|---|---|");
     let mut tick = tokio::time::interval(sample_every);
     tick.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
     loop {
@@ -743,8 +772,21 @@ async fn soak(
                 .context("a sampled process")?;
             let (rss_mib, _, cpu) = process_usage(pid)?;
             let fds = open_files(pid)? as f64;
-            process.samples.push(Sample { at_s, rss_mib, fds });
-            line.push(format!("{rss_mib:.1} | {fds:.0} | {cpu:.1}"));
+            let admin = shared.replicas[replica].admin.read().expect("admin").clone();
+            let (heap_mib, resident_mib) = heap_figures(&client, &admin).await;
+            process.samples.push(Sample {
+                at_s,
+                rss_mib,
+                fds,
+                heap_mib,
+                resident_mib,
+            });
+            let show = |v: Option<f64>| v.map_or("-".to_owned(), |v| format!("{v:.1}"));
+            line.push(format!(
+                "{rss_mib:.1} | {} | {} | {fds:.0} | {cpu:.1}",
+                show(heap_mib),
+                show(resident_mib)
+            ));
         }
         if elapsed >= next_report || elapsed >= args.duration {
             next_report += args.report_every;
@@ -894,15 +936,17 @@ async fn soak(
     }
 
     println!(
-        "\n| process | samples after warm-up | RSS first → last MiB | RSS slope | open files first → last | open-files slope |"
+        "\n| process | samples after warm-up | RSS first → last MiB | RSS slope | heap first → last MiB | heap slope | resident first → last MiB | resident slope | open files first → last | open-files slope |"
     );
-    println!("|---|---|---|---|---|---|");
+    println!("|---|---|---|---|---|---|---|---|---|---|");
     let mut flat = true;
     for process in &processes {
         let from = process.started_s + args.warm_up.as_secs_f64();
         let kept: Vec<&Sample> = process.samples.iter().filter(|s| s.at_s >= from).collect();
-        let rss = slope_per_hour(&process.samples, from, |s| s.rss_mib);
-        let fds = slope_per_hour(&process.samples, from, |s| s.fds);
+        let rss = slope_per_hour(&process.samples, from, |s| Some(s.rss_mib));
+        let heap = slope_per_hour(&process.samples, from, |s| s.heap_mib);
+        let resident = slope_per_hour(&process.samples, from, |s| s.resident_mib);
+        let fds = slope_per_hour(&process.samples, from, |s| Some(s.fds));
         let mut pct = |slope: Option<(f64, f64, usize)>, unit: &str| match slope {
             Some((per_hour, mean, _)) => {
                 let share = 100.0 * per_hour / mean;
@@ -913,18 +957,32 @@ async fn soak(
             }
             None => "too few samples".to_owned(),
         };
-        let ends = |f: fn(&Sample) -> f64| match (kept.first(), kept.last()) {
-            (Some(a), Some(b)) => format!("{:.1} → {:.1}", f(a), f(b)),
-            _ => "-".to_owned(),
+        let ends = |f: fn(&Sample) -> Option<f64>| {
+            let mut values = kept.iter().filter_map(|s| f(*s));
+            let first = values.next();
+            match (first, values.last().or(first)) {
+                (Some(a), Some(b)) => format!("{a:.1} → {b:.1}"),
+                _ => "-".to_owned(),
+            }
         };
+        let rss = pct(rss, "MiB");
+        let heap = pct(heap, "MiB");
+        // Resident pages follow the allocator's retention, not the program: shown, not judged.
+        let resident = match resident {
+            Some((per_hour, mean, _)) => {
+                format!("{per_hour:+.2} MiB/h ({:+.2} %/h)", 100.0 * per_hour / mean)
+            }
+            None => "too few samples".to_owned(),
+        };
+        let fds = pct(fds, "fds");
         println!(
-            "| {} | {} | {} | {} | {} | {} |",
+            "| {} | {} | {} | {rss} | {} | {heap} | {} | {resident} | {} | {fds} |",
             process.label,
             kept.len(),
-            ends(|s| s.rss_mib),
-            pct(rss, "MiB"),
-            ends(|s| s.fds),
-            pct(fds, "fds"),
+            ends(|s| Some(s.rss_mib)),
+            ends(|s| s.heap_mib),
+            ends(|s| s.resident_mib),
+            ends(|s| Some(s.fds)),
         );
     }
     let errors = shared.errors.load(Ordering::Relaxed) + log_errors;

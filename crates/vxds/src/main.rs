@@ -3,6 +3,7 @@
 
 mod commands;
 mod fixtures;
+mod heap;
 mod serve;
 mod target;
 mod tls;

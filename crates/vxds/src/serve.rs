@@ -326,6 +326,7 @@ pub async fn run(args: ServeArgs) -> anyhow::Result<ExitCode> {
     let admin_metrics = Arc::new(AdminMetrics::register(&mut registry));
     store.metrics().register(&mut registry);
     let xds_metrics = Arc::new(vxds_xds::XdsMetrics::register(&mut registry));
+    crate::heap::register(&mut registry);
     let xds_config = vxds_xds::XdsConfig {
         machine: vxds_xds::MachineConfig {
             node_metadata_params: args.node_metadata_params.clone(),

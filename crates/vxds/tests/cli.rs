@@ -532,3 +532,26 @@ fn the_admin_api_cuts_off_clients_that_trickle_headers() {
         "{text}"
     );
 }
+
+/// Issue 25: `/metrics` carries the allocator's heap figures, so that a soak can tell a leak
+/// (allocated grows) from retention (resident grows, allocated flat).
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_running_server_reports_its_heap_on_metrics() {
+    let server = Server::start(&[]);
+    let _ = rustls::crypto::ring::default_provider().install_default();
+    let metrics = reqwest::get(format!("{}/metrics", server.base))
+        .await
+        .unwrap()
+        .text()
+        .await
+        .unwrap();
+    let value = |name: &str| -> f64 {
+        metrics
+            .lines()
+            .find_map(|l| l.strip_prefix(name)?.strip_prefix(' ')?.trim().parse().ok())
+            .unwrap_or_else(|| panic!("no {name} in {metrics}"))
+    };
+    let allocated = value("vxds_heap_allocated_bytes");
+    let resident = value("vxds_heap_resident_bytes");
+    assert!(allocated > 0.0 && resident >= allocated, "{metrics}");
+}

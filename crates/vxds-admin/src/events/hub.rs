@@ -19,15 +19,15 @@ use tokio::sync::{Notify, broadcast, watch};
 use vxds_store::Snapshot;
 use vxds_xds::ClientEvent;
 
-use super::{LaggedEvent, ResetEvent, RevisionEvent, frame};
+use super::{EventId, LaggedEvent, ResetEvent, RevisionEvent, frame};
 use crate::AdminState;
 
 /// What a frame is, so that each reader can skip revisions it already has.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub(crate) enum Kind {
-    Revision(u64),
+    Revision(EventId),
     /// The head went back to this revision.
-    Reset(u64),
+    Reset(EventId),
     /// A client event or `lagged`: not replayable, passed on as it is.
     Client,
 }
@@ -146,6 +146,8 @@ struct Inner {
     published: u64,
     /// The index's epoch at `published`: another epoch is another history (a reload).
     epoch: u64,
+    /// `published`'s commit id.
+    commit: i64,
 }
 
 /// The server's event hub. Cheap to share.
@@ -177,6 +179,8 @@ pub(crate) struct Slot {
     pub(crate) queue: Arc<Queue>,
     /// The revision the hub had published when the reader joined: older ones are replayed.
     pub(crate) joined_at: u64,
+    /// `joined_at`'s commit id.
+    pub(crate) joined_commit: i64,
 }
 
 impl Drop for Slot {
@@ -226,9 +230,9 @@ impl Hub {
         if !inner.running {
             // Subscribed before the revision is read, so nothing falls between.
             let snapshots = state.index.subscribe();
-            (inner.published, inner.epoch) = {
+            (inner.published, inner.epoch, inner.commit) = {
                 let snapshot = snapshots.borrow();
-                (snapshot.revision, snapshot.epoch)
+                (snapshot.revision, snapshot.epoch, snapshot.commit_id)
             };
             let clients = state.clients.as_ref().map(|r| r.events.subscribe());
             inner.running = true;
@@ -245,6 +249,7 @@ impl Hub {
             hub: self.clone(),
             queue,
             joined_at: inner.published,
+            joined_commit: inner.commit,
         })
     }
 
@@ -252,7 +257,7 @@ impl Hub {
     fn publish(
         &self,
         frames: &[Frame],
-        revision: Option<(u64, u64)>,
+        revision: Option<&Snapshot>,
         metrics: &crate::AdminMetrics,
     ) {
         let Ok(mut inner) = self.inner.lock() else {
@@ -267,9 +272,10 @@ impl Hub {
         if dropped > 0 {
             metrics.event_readers_dropped.inc_by(dropped as u64);
         }
-        if let Some((revision, epoch)) = revision {
-            inner.published = revision;
-            inner.epoch = epoch;
+        if let Some(snapshot) = revision {
+            inner.published = snapshot.revision;
+            inner.epoch = snapshot.epoch;
+            inner.commit = snapshot.commit_id;
         }
     }
 
@@ -304,11 +310,12 @@ fn frames_since(snapshot: &Snapshot, published: u64, epoch: u64) -> Option<Vec<F
     let mut frames = Vec::new();
     if snapshot.epoch != epoch || snapshot.revision < published {
         let from = snapshot.revision;
+        let id = EventId::new(from, snapshot.commit_id);
         frames.push(Frame {
-            kind: Kind::Reset(from),
+            kind: Kind::Reset(id),
             bytes: frame(
                 "reset",
-                Some(from),
+                Some(id),
                 &ResetEvent {
                     revision: from,
                     reason: super::ResetReason::HeadWentBack,
@@ -323,9 +330,10 @@ fn frames_since(snapshot: &Snapshot, published: u64, epoch: u64) -> Option<Vec<F
             return None;
         }
         let event = RevisionEvent::of_index(change);
+        let id = EventId::new(change.revision, change.commit_id);
         frames.push(Frame {
-            kind: Kind::Revision(change.revision),
-            bytes: frame("revision", Some(change.revision), &event),
+            kind: Kind::Revision(id),
+            bytes: frame("revision", Some(id), &event),
         });
         expected = change.revision + 1;
     }
@@ -350,12 +358,13 @@ async fn run(
                 let snapshot = snapshots.borrow_and_update().clone();
                 let (published, epoch) = hub.inner.lock().map_or((0, 0), |i| (i.published, i.epoch));
                 match frames_since(&snapshot, published, epoch) {
-                    Some(frames) => hub.publish(&frames, Some((snapshot.revision, snapshot.epoch)), &metrics),
+                    Some(frames) => hub.publish(&frames, Some(&*snapshot), &metrics),
                     None => {
                         // Every reader re-reads from the store.
                         let readers = hub.inner.lock().map(|mut i| {
                             i.published = snapshot.revision;
                             i.epoch = snapshot.epoch;
+                            i.commit = snapshot.commit_id;
                             std::mem::take(&mut i.readers)
                         }).unwrap_or_default();
                         readers.iter().for_each(|q| q.overflow());
@@ -467,6 +476,7 @@ mod tests {
         let revision = |n: u64| RevisionChangeList {
             revision: n,
             committed_at_ms: 0,
+            commit_id: 0,
             changed: vec![ResourceKey {
                 type_url: "t".into(),
                 name: format!("r{n}"),
@@ -485,7 +495,10 @@ mod tests {
         let snapshot = Snapshot::default().apply(batch);
         let frames = frames_since(&snapshot, 1, 0).unwrap();
         let kinds: Vec<Kind> = frames.iter().map(|f| f.kind).collect();
-        assert_eq!(kinds, [Kind::Revision(2), Kind::Revision(3)]);
+        assert_eq!(
+            kinds,
+            [Kind::Revision(EventId::new(2, 0)), Kind::Revision(EventId::new(3, 0))]
+        );
         let text = String::from_utf8_lossy(&frames[0].bytes).into_owned();
         assert!(
             text.starts_with("event: revision\nid: 2\ndata: {"),
@@ -495,7 +508,7 @@ mod tests {
         assert!(frames_since(&snapshot, 3, 0).unwrap().is_empty());
         let back = frames_since(&snapshot, 7, 0).unwrap();
         assert_eq!(back.len(), 1);
-        assert_eq!(back[0].kind, Kind::Reset(3));
+        assert_eq!(back[0].kind, Kind::Reset(EventId::new(3, 0)));
         // Reloaded at the same revision number with other content (a failover that reused
         // it): a reset too.
         let reloaded = snapshot.reload(ChangeBatch {
@@ -508,7 +521,7 @@ mod tests {
         });
         let diverged = frames_since(&reloaded, 3, 0).unwrap();
         assert_eq!(diverged.len(), 1);
-        assert_eq!(diverged[0].kind, Kind::Reset(3));
+        assert_eq!(diverged[0].kind, Kind::Reset(EventId::new(3, 9)));
         assert!(frames_since(&reloaded, 3, 1).unwrap().is_empty());
     }
 }

@@ -19,6 +19,7 @@ on_both_backends!(
     a_resume_beyond_the_index_memory_reads_the_store,
     a_resume_on_a_replica_behind_the_store_is_no_reset,
     a_resume_before_the_kept_history_is_reset,
+    a_resume_after_a_failover_that_reused_the_revision_is_reset,
     coverage_grid_of_a_stored_resource,
 );
 
@@ -98,8 +99,16 @@ impl SseReader {
         }
     }
 
-    /// The next event, skipping keep-alive comments: (name, id, data).
+    /// The next event, skipping keep-alive comments: (name, the revision its id names (the id
+    /// without its commit), data).
     pub(crate) async fn event(&mut self) -> (String, Option<String>, Value) {
+        let (name, id, data) = self.event_with_id().await;
+        let revision = id.map(|id| id.split('-').next().unwrap_or_default().to_owned());
+        (name, revision, data)
+    }
+
+    /// The next event, skipping keep-alive comments: (name, id as sent, data).
+    pub(crate) async fn event_with_id(&mut self) -> (String, Option<String>, Value) {
         loop {
             if let Sse::Event { name, id, data } = self.next().await {
                 return (name, id, data);
@@ -788,4 +797,104 @@ async fn a_resume_before_the_kept_history_is_reset(db: TestDb) {
     }
     let (name, _, _) = reader.event().await;
     assert_eq!(name, "hello");
+}
+
+/// Issue 25: a reader that was told of revisions 2 and 3, then away while the database failed
+/// over to a standby that lost them and took other revisions 2 and 3, resumes with its last
+/// event's id: it is told to reset (what it was told no longer holds), though revision 3
+/// exists and it never saw the index reload. Event ids name the commit; a bare number is not
+/// checked.
+async fn a_resume_after_a_failover_that_reused_the_revision_is_reset(db: TestDb) {
+    let store = vxds_store::Store::connect(
+        &db.url,
+        vxds_store::StoreOptions {
+            head_poll: Some(Duration::from_millis(100)),
+            ..Default::default()
+        },
+    )
+    .await
+    .unwrap();
+    let put = |name: &str| -> vxds_envoy::changeset::ChangesetRequest {
+        serde_json::from_value(json!({
+            "operations": [{"op": "put", "type": "route", "name": name,
+                            "variants": [{"resource": route(name, "x")}]}],
+        }))
+        .unwrap()
+    };
+    store.apply(put("a"), None).await.unwrap();
+    let api = serve_store(
+        store.clone(),
+        Tokens::none(),
+        DEFAULT_BODY_LIMIT,
+        vxds_admin::OriginPolicy::default(),
+    )
+    .await;
+    let mut reader = SseReader::open(&api.base, None, None).await;
+    let (name, _, _) = reader.event().await;
+    assert_eq!(name, "hello");
+    store.apply(put("b"), None).await.unwrap();
+    store.apply(put("c"), None).await.unwrap();
+    let mut told = None;
+    for n in 2..=3 {
+        let (name, id, data) = reader.event_with_id().await;
+        assert_eq!((name.as_str(), &data["revision"]), ("revision", &json!(n)));
+        told = id;
+    }
+    let told = told.unwrap();
+    assert!(told.starts_with("3-"), "an id naming the commit: {told}");
+    drop(reader);
+
+    // The failover: revisions 2 and 3 lost (one transaction), then other revisions 2 and 3.
+    let pool = sqlx::AnyPool::connect(&db.url).await.unwrap();
+    let mut tx = pool.begin().await.unwrap();
+    for sql in [
+        "DELETE FROM vxds_revision_changes WHERE revision > 1",
+        "DELETE FROM vxds_revisions WHERE revision > 1",
+        "DELETE FROM vxds_variant_history WHERE revision > 1",
+        "DELETE FROM vxds_variants WHERE name IN ('b', 'c')",
+        "DELETE FROM vxds_resources WHERE name IN ('b', 'c')",
+        "UPDATE vxds_head SET revision = 1 WHERE id = 1",
+    ] {
+        sqlx::query(sql).execute(&mut *tx).await.unwrap();
+    }
+    tx.commit().await.unwrap();
+    pool.close().await;
+    let deadline = tokio::time::Instant::now() + WAIT;
+    while store.metrics().head_resets.get() == 0 {
+        assert!(tokio::time::Instant::now() < deadline, "never reloaded");
+        tokio::time::sleep(Duration::from_millis(50)).await;
+    }
+    store.apply(put("d"), None).await.unwrap();
+    store.apply(put("e"), None).await.unwrap();
+    // Wait for the index to take them: a new reader's hello is at 3 (the new commit).
+    loop {
+        let mut fresh = SseReader::open(&api.base, None, None).await;
+        let (_, id, _) = fresh.event_with_id().await;
+        let id = id.unwrap();
+        if id.starts_with("3-") {
+            assert_ne!(id, told, "revision 3 is another commit now");
+            break;
+        }
+        assert!(tokio::time::Instant::now() < deadline, "the index never reached 3");
+        tokio::time::sleep(Duration::from_millis(50)).await;
+    }
+
+    let mut resumed = SseReader::open(&api.base, None, Some(&told)).await;
+    let (name, id, data) = resumed.event_with_id().await;
+    assert_eq!(
+        (name.as_str(), &data),
+        ("reset", &json!({"revision": 3, "reason": "head_went_back"})),
+        "a reader resuming from a lost commit is told to reset"
+    );
+    let now = id.unwrap();
+    assert!(now.starts_with("3-") && now != told, "{now}");
+    let (name, id, _) = resumed.event_with_id().await;
+    assert_eq!((name.as_str(), id.as_deref()), ("hello", Some(now.as_str())));
+
+    // The new revision 3's own id resumes without a reset; a bare number is not checked.
+    for resume in [now.as_str(), "3"] {
+        let mut again = SseReader::open(&api.base, None, Some(resume)).await;
+        let (name, id, _) = again.event().await;
+        assert_eq!((name.as_str(), id.as_deref()), ("hello", Some("3")), "{resume}");
+    }
 }

@@ -246,7 +246,7 @@ impl Store {
         // they are not revisions any more.
         let after = after.max(pruned_through);
         let rows = sqlx::query(
-            "SELECT revision, created_at_ms, author, message FROM vxds_revisions \
+            "SELECT revision, created_at_ms, author, message, commit_id FROM vxds_revisions \
              WHERE revision > $1 AND revision <= $2 ORDER BY revision LIMIT $3",
         )
         .bind(after as i64)
@@ -262,6 +262,7 @@ impl Store {
                     created_at_ms: row.try_get(1)?,
                     author: row.try_get(2)?,
                     message: row.try_get(3)?,
+                    commit_id: row.try_get(4)?,
                     changes: Vec::new(),
                 })
             })
@@ -379,8 +380,8 @@ impl Store {
             ("c.revision > $1", revision)
         };
         let sql = sqlx::AssertSqlSafe(format!(
-            "SELECT c.revision, r.created_at_ms, c.type_url, c.name, r.author, r.message \
-             FROM vxds_revision_changes c JOIN vxds_revisions r ON r.revision = c.revision \
+            "SELECT c.revision, r.created_at_ms, c.type_url, c.name, r.author, r.message, \
+             r.commit_id FROM vxds_revision_changes c JOIN vxds_revisions r ON r.revision = c.revision \
              WHERE {condition} ORDER BY c.revision, c.type_url, c.name"
         ));
         let mut rows = sqlx::query(sql).bind(from as i64).fetch(&mut *tx);
@@ -394,6 +395,7 @@ impl Store {
                 Some(last) if last.revision == n => last.changed.push(key),
                 _ => revisions.push(RevisionChangeList {
                     revision: n,
+                    commit_id: row.try_get(6)?,
                     committed_at_ms: row.try_get(1)?,
                     changed: vec![key],
                     author: row.try_get(4)?,

@@ -108,6 +108,17 @@ impl Store {
                 .map_err(StoreError::from)?;
         }
         let head = lock_head(&mut tx, self.backend()).await?;
+        // Under the lock no commit is in flight, so a head below what this process has seen
+        // means the database went back (a failover to a lagging standby, a restore): the index
+        // checks at once instead of at the next poll or LISTEN reconnection, as this write is
+        // about to reuse revision numbers it may hold with other content.
+        super::follow::observed(
+            &self.inner.head,
+            &self.inner.notified,
+            &self.inner.checks,
+            head,
+            false,
+        );
 
         if let Some(expected) = changeset.expected_revision
             && expected != head
