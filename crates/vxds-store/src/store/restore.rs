@@ -297,28 +297,38 @@ async fn past_variants(
     tx: &mut Transaction<'_, Any>,
     page: &[Planned],
 ) -> Result<HashMap<ResourceKey, Vec<PastVariant>>, StoreError> {
-    let mut by_type: BTreeMap<&str, HashMap<&str, i64>> = BTreeMap::new();
+    // Per type: each name's revision, and the page's first and last name in the database's
+    // order (the page is in that order).
+    let mut by_type: BTreeMap<&str, (HashMap<&str, i64>, &str, &str)> = BTreeMap::new();
     for planned in page {
         if let Some(last) = planned.last.as_ref().filter(|l| !l.deleted) {
-            by_type
+            let name = planned.key.name.as_str();
+            let entry = by_type
                 .entry(planned.key.type_url.as_str())
-                .or_default()
-                .insert(planned.key.name.as_str(), last.revision);
+                .or_insert_with(|| (HashMap::new(), name, name));
+            entry.0.insert(name, last.revision);
+            entry.2 = name;
         }
     }
     let mut out: HashMap<ResourceKey, Vec<PastVariant>> = HashMap::new();
-    for (type_url, names) in by_type {
+    for (type_url, (names, first, last)) in by_type {
         let mut revisions: Vec<i64> = names.values().copied().collect();
         revisions.sort_unstable();
         revisions.dedup();
+        // The name range makes the index scan cover the page only: Postgres' generic plan for
+        // a list of bound parameters scans the whole type and filters each row through the
+        // list (seconds per page at 100,000 resources).
         let sql = format!(
             "SELECT name, revision, variant_id, constraints, body, version, ttl_ms \
-             FROM vxds_variant_history WHERE type_url = $1 AND name IN ({}) \
-             AND revision IN ({}) ORDER BY name, revision, position",
-            bulk::placeholders(2, names.len()),
-            bulk::placeholders(2 + names.len(), revisions.len()),
+             FROM vxds_variant_history WHERE type_url = $1 AND name >= $2 AND name <= $3 \
+             AND name IN ({}) AND revision IN ({}) ORDER BY name, revision, position",
+            bulk::placeholders(4, names.len()),
+            bulk::placeholders(4 + names.len(), revisions.len()),
         );
-        let mut query = sqlx::query(sqlx::AssertSqlSafe(sql)).bind(type_url);
+        let mut query = sqlx::query(sqlx::AssertSqlSafe(sql))
+            .bind(type_url)
+            .bind(first)
+            .bind(last);
         for name in names.keys() {
             query = query.bind(*name);
         }
