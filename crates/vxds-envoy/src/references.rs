@@ -90,6 +90,8 @@ pub fn of(body: &[u8]) -> Vec<Reference> {
     }
     out.sort();
     out.dedup();
+    // Kept with every indexed variant: no spare capacity (a push reserves four).
+    out.shrink_to_fit();
     out
 }
 

@@ -21,6 +21,7 @@ mod history;
 mod notify;
 mod prune;
 mod read;
+mod restore;
 mod summaries;
 mod write;
 

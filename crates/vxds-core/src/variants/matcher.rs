@@ -42,19 +42,35 @@ pub struct VariantMatcher {
 
 #[derive(Debug)]
 enum Strategy {
-    Tree {
-        compiled: Compiled,
-        nodes: Vec<Node>,
-        root: Next,
-    },
+    /// Boxed: the compiled form is a few hundred bytes inline, and every indexed resource
+    /// holds a matcher.
+    Tree(Box<Tree>),
     /// The tree would be too large (or the keys too many): evaluate in order instead.
     Scan(Vec<CanonicalConstraints>),
+    /// One variant that every client matches (most resources): nothing to decide, and
+    /// nothing to hold, which a store of 100,000 resources notices.
+    Everyone,
+}
+
+#[derive(Debug)]
+struct Tree {
+    compiled: Compiled,
+    nodes: Vec<Node>,
+    root: Next,
 }
 
 impl VariantMatcher {
     /// `variants` in their stored order; [`resolve`](Self::resolve) answers with an index
     /// into it.
     pub fn new(variants: &[CanonicalConstraints]) -> Self {
+        if let [only] = variants
+            && only.is_unconstrained()
+        {
+            return Self {
+                keys: Vec::new(),
+                strategy: Strategy::Everyone,
+            };
+        }
         let refs: Vec<&CanonicalConstraints> = variants.iter().collect();
         let Some(compiled) = Compiled::new(&refs) else {
             return Self::scanning(variants);
@@ -73,11 +89,11 @@ impl VariantMatcher {
                 let keys = compiled.keys.clone();
                 Self {
                     keys,
-                    strategy: Strategy::Tree {
+                    strategy: Strategy::Tree(Box::new(Tree {
                         compiled,
                         nodes,
                         root,
-                    },
+                    })),
                 }
             }
             None => Self::scanning(variants),
@@ -95,12 +111,9 @@ impl VariantMatcher {
     /// The index of the variant a client with `params` receives, if any.
     pub fn resolve<P: Params + ?Sized>(&self, params: &P) -> Option<usize> {
         let (compiled, nodes, root) = match &self.strategy {
-            Strategy::Tree {
-                compiled,
-                nodes,
-                root,
-            } => (compiled, nodes, *root),
+            Strategy::Tree(tree) => (&tree.compiled, &tree.nodes, tree.root),
             Strategy::Scan(variants) => return variants.iter().position(|v| v.matches(params)),
+            Strategy::Everyone => return Some(0),
         };
         let mut next = root;
         loop {
@@ -125,8 +138,8 @@ impl VariantMatcher {
     /// Nodes in the decision tree (0 when resolving by scan).
     pub fn node_count(&self) -> usize {
         match &self.strategy {
-            Strategy::Tree { nodes, .. } => nodes.len(),
-            Strategy::Scan(_) => 0,
+            Strategy::Tree(tree) => tree.nodes.len(),
+            Strategy::Scan(_) | Strategy::Everyone => 0,
         }
     }
 

@@ -146,7 +146,7 @@ pub(super) async fn load_many(
 }
 
 /// `$first, $first+1, ...` for `count` values.
-fn placeholders(first: usize, count: usize) -> String {
+pub(super) fn placeholders(first: usize, count: usize) -> String {
     let mut out = String::with_capacity(count * 6);
     for n in 0..count {
         if n > 0 {

@@ -4,7 +4,7 @@
 //! read transaction), so the state it returns is exactly one revision's: the index never holds a
 //! mix of two.
 
-use std::collections::{BTreeMap, BTreeSet, HashMap};
+use std::collections::{BTreeMap, BTreeSet, HashMap, HashSet};
 
 use futures::TryStreamExt;
 use sqlx::any::AnyRow;
@@ -414,11 +414,13 @@ impl Store {
         let sql = sqlx::AssertSqlSafe(format!(
             "SELECT {RESOURCE_COLUMNS} FROM vxds_resources r WHERE {filter} ORDER BY r.type_url, r.name"
         ));
-        let mut resources: BTreeMap<ResourceKey, StoredResource> = BTreeMap::new();
+        // In the database's order; the variants below come in the same order (same columns,
+        // same collation), so each finds its resource by walking forward, without a map of
+        // every key (a second copy of each).
+        let mut resources: Vec<StoredResource> = Vec::new();
         let mut rows = sqlx::query(sql).bind(revision as i64).fetch(&mut *tx);
         while let Some(row) = rows.try_next().await? {
-            let resource = resource_from_row(&row)?;
-            resources.insert(resource.key.clone(), resource);
+            resources.push(resource_from_row(&row)?);
         }
         drop(rows);
         let sql = sqlx::AssertSqlSafe(format!(
@@ -426,29 +428,38 @@ impl Store {
                  ON r.type_url = v.type_url AND r.name = v.name \
              WHERE {filter} ORDER BY v.type_url, v.name, v.position"
         ));
+        let mut at = 0;
         let mut rows = sqlx::query(sql).bind(revision as i64).fetch(&mut *tx);
         while let Some(row) = rows.try_next().await? {
-            let key = ResourceKey {
-                type_url: row.try_get(0)?,
-                name: row.try_get(1)?,
-            };
-            if let Some(resource) = resources.get_mut(&key) {
-                resource.variants.push(variant_from_row(&row)?);
+            let (type_url, name): (&str, &str) = (row.try_get(0)?, row.try_get(1)?);
+            while resources
+                .get(at)
+                .is_some_and(|r| r.key.type_url != type_url || r.key.name != name)
+            {
+                at += 1;
             }
+            let Some(resource) = resources.get_mut(at) else {
+                return Err(StoreError::Corrupt(format!(
+                    "a variant of `{name}` ({type_url}) out of the resources' order"
+                )));
+            };
+            resource.variants.push(variant_from_row(&row)?);
         }
         drop(rows);
         tx.commit().await?;
+        let kept: HashSet<&ResourceKey> = resources.iter().map(|r| &r.key).collect();
         let touched: BTreeSet<&ResourceKey> = revisions.iter().flat_map(|r| &r.changed).collect();
         let deleted = touched
             .into_iter()
-            .filter(|k| !resources.contains_key(*k))
+            .filter(|k| !kept.contains(*k))
             .cloned()
             .collect();
+        drop(kept);
         Ok(Followed::Changes(ChangeBatch {
             revision: head,
             commit_id: head_commit,
             revisions,
-            resources: resources.into_values().collect(),
+            resources,
             deleted,
             complete,
         }))
