@@ -619,6 +619,18 @@ async fn run_stream<Req, Resp>(
     // Set at the first request (the node is known then); says goodbye when the task ends.
     let mut presence: Option<Presence> = None;
     let mut counters = TypeCounters::default();
+    // The futures every turn of the loop waits on besides the request, made once: made anew
+    // on every request, each registered and unregistered a waiter under its notifier's lock,
+    // on every stream for every ACK. The one-shot ones (the connection closing, the client
+    // leaving) end the task; the others are renewed when they fire.
+    let closing = until_closing(&mut connection);
+    tokio::pin!(closing);
+    let left = out.closed();
+    tokio::pin!(left);
+    let marked_wait = registration.inbox.wait();
+    tokio::pin!(marked_wait);
+    let heartbeat_due = registration.heartbeat.notified();
+    tokio::pin!(heartbeat_due);
 
     loop {
         let responses = tokio::select! {
@@ -693,7 +705,8 @@ async fn run_stream<Req, Resp>(
                     break;
                 }
             },
-            () = registration.inbox.wait() => {
+            () = &mut marked_wait => {
+                marked_wait.set(registration.inbox.wait());
                 let mut marked = Vec::new();
                 let snapshot = shared.registry.catch_up_marked(&registration.inbox, &mut machine, &mut marked).await;
                 let responses = machine.poll(&snapshot);
@@ -706,15 +719,16 @@ async fn run_stream<Req, Resp>(
                 }
                 responses
             }
-            () = registration.heartbeat.notified() => {
+            () = &mut heartbeat_due => {
+                heartbeat_due.set(registration.heartbeat.notified());
                 let beats = machine.heartbeat(shared.registry.snapshot().revision, std::time::Instant::now());
                 for beat in &beats {
                     counters.get(&shared.metrics, PerType::Heartbeats, beat.type_url()).inc();
                 }
                 beats
             }
-            () = out.closed() => break,
-            reason = until_closing(&mut connection) => {
+            () = &mut left => break,
+            reason = &mut closing => {
                 end_closing(&out, reason).await;
                 break;
             }
@@ -728,7 +742,7 @@ async fn run_stream<Req, Resp>(
             };
             let sent = tokio::select! {
                 biased;
-                reason = until_closing(&mut connection) => {
+                reason = &mut closing => {
                     end_closing(&out, reason).await;
                     return;
                 }
