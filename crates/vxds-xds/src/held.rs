@@ -55,6 +55,14 @@ impl Item {
         }
     }
 
+    /// The same variant of the same indexed resource, named alike: what the client holds of
+    /// it needs no update.
+    pub(crate) fn same(&self, other: &Item) -> bool {
+        Arc::ptr_eq(&self.resource, &other.resource)
+            && self.variant == other.variant
+            && self.constrained == other.constrained
+    }
+
     /// Its TTL: such an item is always sent wrapped, and kept alive by heartbeats.
     pub(crate) fn ttl(&self) -> Option<std::time::Duration> {
         self.variant().ttl

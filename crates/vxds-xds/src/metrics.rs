@@ -152,3 +152,48 @@ impl XdsMetrics {
         Self::register(&mut Registry::default())
     }
 }
+
+/// A family of per-type counters of [`XdsMetrics`].
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub(crate) enum PerType {
+    Responses,
+    Acks,
+    Nacks,
+    Heartbeats,
+}
+
+/// One stream's handles on the per-type counters, each looked up in its family once: a
+/// lookup hashes a freshly allocated label and takes the family's lock, and it came once per
+/// response and once per ACK on every stream. Created on first use, as the families do, so a
+/// series appears only once it counts something. A stream speaks a few types: a short list.
+#[derive(Debug, Default)]
+pub(crate) struct TypeCounters {
+    handles: Vec<(PerType, String, Counter)>,
+}
+
+impl TypeCounters {
+    pub(crate) fn get(&mut self, metrics: &XdsMetrics, which: PerType, type_url: &str) -> &Counter {
+        let found = self
+            .handles
+            .iter()
+            .position(|(w, t, _)| *w == which && t == type_url);
+        let i = match found {
+            Some(i) => i,
+            None => {
+                let family = match which {
+                    PerType::Responses => &metrics.responses,
+                    PerType::Acks => &metrics.acks,
+                    PerType::Nacks => &metrics.nacks,
+                    PerType::Heartbeats => &metrics.heartbeats,
+                };
+                let labels = TypeLabels {
+                    type_url: type_url.to_owned(),
+                };
+                let counter = family.get_or_create(&labels).clone();
+                self.handles.push((which, labels.type_url, counter));
+                self.handles.len() - 1
+            }
+        };
+        &self.handles[i].2
+    }
+}

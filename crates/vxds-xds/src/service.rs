@@ -27,7 +27,7 @@ use crate::connections::ConnectionClosing;
 use crate::events::{Answer, ClientEvent, ClientEvents, Presence};
 use crate::identity::{PeerIdentity, PeerInfo, trusted_params};
 use crate::machine::{MachineConfig, Protocol, RequestOutcome, Response, StreamMachine};
-use crate::metrics::{StreamLabels, TypeLabels, XdsMetrics};
+use crate::metrics::{PerType, StreamLabels, TypeCounters, XdsMetrics};
 use crate::registry::Registry;
 use crate::rollout::StreamRollout;
 use crate::types::{Method, ServiceSpec};
@@ -618,6 +618,19 @@ async fn run_stream<Req, Resp>(
     let mut ttl_registered = None;
     // Set at the first request (the node is known then); says goodbye when the task ends.
     let mut presence: Option<Presence> = None;
+    let mut counters = TypeCounters::default();
+    // The futures every turn of the loop waits on besides the request, made once: made anew
+    // on every request, each registered and unregistered a waiter under its notifier's lock,
+    // on every stream for every ACK. The one-shot ones (the connection closing, the client
+    // leaving) end the task; the others are renewed when they fire.
+    let closing = until_closing(&mut connection);
+    tokio::pin!(closing);
+    let left = out.closed();
+    tokio::pin!(left);
+    let marked_wait = registration.inbox.wait();
+    tokio::pin!(marked_wait);
+    let heartbeat_due = registration.heartbeat.notified();
+    tokio::pin!(heartbeat_due);
 
     loop {
         let responses = tokio::select! {
@@ -653,11 +666,11 @@ async fn run_stream<Req, Resp>(
                             }
                         }
                         let refusals = record_answers(&mut rollout, &machine, &outcome, answered);
-                        for type_url in outcome.acks {
-                            shared.metrics.acks.get_or_create(&TypeLabels { type_url }).inc();
+                        for type_url in &outcome.acks {
+                            counters.get(&shared.metrics, PerType::Acks, type_url).inc();
                         }
-                        for type_url in outcome.nacks {
-                            shared.metrics.nacks.get_or_create(&TypeLabels { type_url }).inc();
+                        for type_url in &outcome.nacks {
+                            counters.get(&shared.metrics, PerType::Nacks, type_url).inc();
                         }
                         // Interest first, then the snapshot: no change can slip in between.
                         if outcome.interest_changed {
@@ -692,7 +705,8 @@ async fn run_stream<Req, Resp>(
                     break;
                 }
             },
-            () = registration.inbox.wait() => {
+            () = &mut marked_wait => {
+                marked_wait.set(registration.inbox.wait());
                 let mut marked = Vec::new();
                 let snapshot = shared.registry.catch_up_marked(&registration.inbox, &mut machine, &mut marked).await;
                 let responses = machine.poll(&snapshot);
@@ -705,28 +719,30 @@ async fn run_stream<Req, Resp>(
                 }
                 responses
             }
-            () = registration.heartbeat.notified() => {
+            () = &mut heartbeat_due => {
+                heartbeat_due.set(registration.heartbeat.notified());
                 let beats = machine.heartbeat(shared.registry.snapshot().revision, std::time::Instant::now());
                 for beat in &beats {
-                    let type_url = beat.type_url().to_owned();
-                    shared.metrics.heartbeats.get_or_create(&TypeLabels { type_url }).inc();
+                    counters.get(&shared.metrics, PerType::Heartbeats, beat.type_url()).inc();
                 }
                 beats
             }
-            () = out.closed() => break,
-            reason = until_closing(&mut connection) => {
+            () = &mut left => break,
+            reason = &mut closing => {
                 end_closing(&out, reason).await;
                 break;
             }
         };
         for response in responses {
-            let type_url = response.type_url().to_owned();
+            let counted = counters
+                .get(&shared.metrics, PerType::Responses, response.type_url())
+                .clone();
             let Some(response) = unwrap(response) else {
                 continue;
             };
             let sent = tokio::select! {
                 biased;
-                reason = until_closing(&mut connection) => {
+                reason = &mut closing => {
                     end_closing(&out, reason).await;
                     return;
                 }
@@ -737,11 +753,7 @@ async fn run_stream<Req, Resp>(
                 return;
             }
             answers_owed += 1;
-            shared
-                .metrics
-                .responses
-                .get_or_create(&TypeLabels { type_url })
-                .inc();
+            counted.inc();
         }
         if let Err(status) = machine.check_backlog() {
             shared.metrics.unanswered_ended.inc();

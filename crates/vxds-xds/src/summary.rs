@@ -5,34 +5,53 @@
 //! parameters, updated only when they change), never on the request path: a read locks each
 //! stream's status briefly, one at a time.
 
-use vxds_core::impact::{ClientSummary, SummaryBuilder};
+use std::collections::HashMap;
+use std::sync::Arc;
+
+use vxds_core::impact::{ClientSummary, Samples, SummaryBuilder};
 
 use crate::Registry;
+use crate::status::SubscriptionGroup;
+
+/// A shared copy of grouped subscriptions, how many streams' types hold it, and their node ids.
+type Held = (Arc<[SubscriptionGroup]>, u64, Samples);
 
 impl Registry {
     /// The summary of the streams connected now.
+    ///
+    /// Streams that subscribe alike share one copy of their grouped subscriptions
+    /// (`crate::intern`): each copy is added once, with how many streams hold it and their
+    /// smallest node ids, not once per stream — built after every settled revision, it cost
+    /// every stream a key of three allocations per subscription.
     pub fn summary(&self) -> ClientSummary {
         let mut builder = SummaryBuilder::default();
+        // By the shared copy's address: the copy held here keeps it from being reused.
+        let mut shared: HashMap<*const SubscriptionGroup, Held> = HashMap::new();
         for status in self.statuses() {
             let Ok(status) = status.lock() else { continue };
             builder.stream();
-            // A stream that has sent no node yet has no id to sample.
-            let nodes = if status.node_id.is_empty() {
-                Vec::new()
-            } else {
-                vec![status.node_id.clone()]
-            };
             for ty in &status.types {
-                for group in ty.summary.iter() {
-                    for subscription in &group.subscriptions {
-                        builder.add(
-                            &group.type_url,
-                            subscription.clone(),
-                            &group.params,
-                            1,
-                            &nodes,
-                        );
-                    }
+                let (_, streams, samples) = shared
+                    .entry(Arc::as_ptr(&ty.summary).cast::<SubscriptionGroup>())
+                    .or_insert_with(|| (ty.summary.clone(), 0, Samples::default()));
+                *streams += 1;
+                // A stream that has sent no node yet has no id to sample.
+                if !status.node_id.is_empty() {
+                    samples.add(&status.node_id);
+                }
+            }
+        }
+        for (groups, streams, samples) in shared.into_values() {
+            let nodes = samples.into_vec();
+            for group in groups.iter() {
+                for subscription in &group.subscriptions {
+                    builder.add(
+                        &group.type_url,
+                        subscription.clone(),
+                        &group.params,
+                        streams,
+                        &nodes,
+                    );
                 }
             }
         }

@@ -53,6 +53,18 @@ impl ItemKey {
         }
     }
 
+    /// The same key, by pointer first: keys come from the index and the subscriptions, so
+    /// the same key is nearly always the same `Arc` (a string comparison otherwise).
+    fn same(&self, other: &ItemKey) -> bool {
+        match (self, other) {
+            (ItemKey::Name(a), ItemKey::Name(b)) => Arc::ptr_eq(a, b) || a == b,
+            (ItemKey::Variant(a, x), ItemKey::Variant(b, y)) => {
+                x == y && (Arc::ptr_eq(a, b) || a == b)
+            }
+            _ => false,
+        }
+    }
+
     fn held_key(&self) -> HeldKey {
         match self {
             ItemKey::Name(n) => (n.clone(), None),

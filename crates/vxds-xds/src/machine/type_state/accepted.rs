@@ -68,6 +68,51 @@ impl Accepted {
         self.items.values()
     }
 
+    /// The accepted items become exactly `state` (sorted by key, as a SotW response carries
+    /// it), changed in place: a SotW ACK usually changes one item of many, and rebuilding
+    /// the tree cost every stream an allocation per item per revision.
+    pub(crate) fn become_state(&mut self, state: Vec<(ItemKey, Item)>) {
+        // Usually the same keys as before: the values are replaced in place, without a
+        // search by key; only a changed TTL touches `timed`.
+        if self.items.len() == state.len()
+            && self
+                .items
+                .keys()
+                .zip(&state)
+                .all(|(held, (key, _))| held.same(key))
+        {
+            let mut retimed = Vec::new();
+            for ((key, held), (_, item)) in self.items.iter_mut().zip(state) {
+                let (before, after) = (held.ttl(), item.ttl());
+                if before != after {
+                    retimed.push((key.clone(), before, after));
+                }
+                *held = item;
+            }
+            for (key, before, after) in retimed {
+                if let Some(before) = before {
+                    self.timed.remove(&(before, key.clone()));
+                }
+                if let Some(after) = after {
+                    self.timed.insert((after, key));
+                }
+            }
+            return;
+        }
+        let gone: Vec<ItemKey> = self
+            .items
+            .keys()
+            .filter(|k| state.binary_search_by(|(s, _)| s.cmp(*k)).is_err())
+            .cloned()
+            .collect();
+        for key in &gone {
+            self.remove(key);
+        }
+        for (key, item) in state {
+            self.insert(key, item);
+        }
+    }
+
     /// The TTL'd items' keys, shortest TTL first, with their TTLs.
     pub(crate) fn by_ttl(&self) -> impl Iterator<Item = (Duration, &ItemKey)> {
         self.timed.iter().map(|(ttl, key)| (*ttl, key))
@@ -136,7 +181,7 @@ impl TypeState {
                     }
                 }
                 Carried::State(state, version) => {
-                    self.accepted = state.into_iter().collect();
+                    self.accepted.become_state(state);
                     self.accepted_version = Some(version);
                     let timed = self.accepted.by_ttl();
                     self.fresh.extend(timed.map(|(_, k)| k.clone()));

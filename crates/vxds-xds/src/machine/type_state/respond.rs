@@ -3,7 +3,7 @@
 //! (removals), the responses that carry them, and the client's answers, which decide when a
 //! removal may go (A74: never while an update computed before it is unanswered or refused).
 
-use std::collections::{BTreeMap, BTreeSet};
+use std::collections::BTreeSet;
 use std::sync::Arc;
 
 use vxds_envoy::resource::content_hash;
@@ -218,23 +218,28 @@ impl TypeState {
         wrap_all: bool,
         keep: Vec<(ItemKey, Sent)>,
     ) -> Option<SotwResponse> {
-        let entry = |key: &ItemKey, item: &Item| sotw_entry(key, item, wrap_all);
-        let mut entries: BTreeMap<ItemKey, (SotwEntry, Item)> = BTreeMap::new();
+        // The state in key order: the desired items merged with those kept for
+        // make-before-break (never desired, so no key is in both). A sorted `Vec`, not a
+        // B-tree: built on every SotW stream for every response.
+        let mut kept = keep
+            .into_iter()
+            // What the client reported but was never sent cannot be kept.
+            .filter_map(|(key, sent)| match sent {
+                Sent::Delivered(item) => Some((key, item)),
+                Sent::Reported(_) => None,
+            })
+            .peekable();
+        let mut state: Vec<(ItemKey, Item)> = Vec::with_capacity(self.desired.len());
         for (key, item) in &self.desired {
-            entries.insert(key.clone(), (entry(key, item), item.clone()));
+            while let Some((k, i)) = kept.next_if(|(k, _)| k < key) {
+                state.push((k, i));
+            }
+            state.push((key.clone(), item.clone()));
         }
-        for (key, sent) in keep {
-            // Kept for make-before-break; what the client reported but was never sent cannot be.
-            let Sent::Delivered(item) = sent else {
-                continue;
-            };
-            entries.insert(key.clone(), (entry(&key, &item), item));
-        }
+        state.extend(kept);
 
-        let labelled: Vec<(&ItemKey, &Arc<str>)> = entries
-            .iter()
-            .map(|(k, (_, item))| (k, item.version()))
-            .collect();
+        let labelled: Vec<(&ItemKey, &Arc<str>)> =
+            state.iter().map(|(k, item)| (k, item.version())).collect();
         let version = shared_sotw_version(&self.type_url, &labelled);
         drop(labelled);
         let force = std::mem::take(&mut self.force_send);
@@ -245,26 +250,63 @@ impl TypeState {
                 .retain(|k| self.sent.contains_key(k) && !self.desired.contains_key(k));
             return None;
         }
-        self.sent = entries
-            .iter()
-            .map(|(k, (_, item))| (k.clone(), Sent::Delivered(item.clone())))
-            .collect();
-        self.held_changes = HeldChanges::All;
+        self.sent_becomes(&state);
         self.dirty
             .retain(|k| self.sent.contains_key(k) && !self.desired.contains_key(k));
         self.last_version = Some(version.clone());
         let nonce = self.sotw_outstanding(seq, &version);
-        let state = entries
+        let resources = state
             .iter()
-            .map(|(k, (_, item))| (k.clone(), item.clone()))
+            .map(|(key, item)| sotw_entry(key, item, wrap_all))
             .collect();
         self.carry(seq, Carried::State(state, version.clone()));
         Some(SotwResponse {
             version_info: version,
-            resources: entries.into_values().map(|(e, _)| e).collect(),
+            resources,
             type_url: self.type_url.clone(),
             nonce,
         })
+    }
+
+    /// SotW: what the client holds becomes `state` (sorted by key), changed in place: a
+    /// response usually changes one item of many, and the status follows change by change.
+    fn sent_becomes(&mut self, state: &[(ItemKey, Item)]) {
+        // Usually the same keys as before (a revision changes versions, not names): the
+        // values are replaced in place, without a search by key.
+        if self.sent.len() == state.len()
+            && self
+                .sent
+                .keys()
+                .zip(state)
+                .all(|(held, (key, _))| held.same(key))
+        {
+            let mut changed = Vec::new();
+            for ((key, sent), (_, item)) in self.sent.iter_mut().zip(state) {
+                if !matches!(&*sent, Sent::Delivered(held) if held.same(item)) {
+                    *sent = Sent::Delivered(item.clone());
+                    changed.push((key.clone(), sent.clone()));
+                }
+            }
+            for (key, sent) in changed {
+                self.log_held(&key, Some(sent));
+            }
+            return;
+        }
+        let gone: Vec<ItemKey> = self
+            .sent
+            .keys()
+            .filter(|k| state.binary_search_by(|(s, _)| s.cmp(*k)).is_err())
+            .cloned()
+            .collect();
+        for key in &gone {
+            self.unsend(key);
+        }
+        for (key, item) in state {
+            let same = matches!(self.sent.get(key), Some(Sent::Delivered(held)) if held.same(item));
+            if !same {
+                self.send(key.clone(), Sent::Delivered(item.clone()));
+            }
+        }
     }
 
     /// Delta, make phase: additions and updates, and what the client subscribed to but does
