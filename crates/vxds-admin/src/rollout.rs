@@ -90,6 +90,8 @@ pub async fn status(state: &AdminState, n: u64) -> Result<RolloutStatus, ApiErro
         match registry.rollouts.get(n) {
             Known::Record(record) => records.push((own_id.to_owned(), *record)),
             Known::Forgotten { oldest } => forgotten = Some(oldest),
+            // In place before this replica started: nothing of it to count here.
+            Known::BeforeStart => {}
             // Committed, not yet dispatched here: still to come.
             Known::NotYet => records.push((own_id.to_owned(), RolloutRecord::new(n, None))),
         }
@@ -107,8 +109,12 @@ pub async fn status(state: &AdminState, n: u64) -> Result<RolloutStatus, ApiErro
             None if summary.streams > 0 => 0,
             None => continue,
         };
-        match summary.rollouts.into_iter().find(|r| r.revision == n) {
-            Some(record) => records.push((row.replica_id, record)),
+        // Revisions the replica applied together share one record, which says which it counts.
+        match summary.rollouts.into_iter().find(|r| r.covers(n)) {
+            Some(mut record) => {
+                record.revision = n;
+                records.push((row.replica_id, record));
+            }
             // Still to come there.
             None if head < n => records.push((row.replica_id, RolloutRecord::new(n, None))),
             // Dispatched there and concerned none of its streams (or past what it publishes).

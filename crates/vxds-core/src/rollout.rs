@@ -101,6 +101,11 @@ impl AckTimes {
 #[derive(Clone, Debug, Default, PartialEq, Eq, Serialize, Deserialize)]
 pub struct RolloutRecord {
     pub revision: u64,
+    /// The earliest revision the record counts: revisions the replica applied together with
+    /// this one (a burst while its dispatcher was busy) reached its streams with it, and share
+    /// its count. `None`: only its own.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub first: Option<u64>,
     /// Unix ms; `None` when the replica did not know it.
     #[serde(default)]
     pub committed_at_ms: Option<i64>,
@@ -131,6 +136,14 @@ impl RolloutRecord {
             committed_at_ms,
             ..Default::default()
         }
+    }
+
+    /// Whether the record counts revision `n`: its own, or one applied together with it.
+    pub fn covers(&self, n: u64) -> bool {
+        self.revision == n
+            || self
+                .first
+                .is_some_and(|first| first <= n && n < self.revision)
     }
 
     /// The copy a replica publishes: few NACKs, short texts.

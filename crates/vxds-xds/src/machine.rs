@@ -159,6 +159,9 @@ impl Response {
 pub struct RequestOutcome {
     pub acks: Vec<String>,
     pub nacks: Vec<String>,
+    /// SotW: types whose response a later one superseded, and which the client accepted all
+    /// the same (a stale nonce): it holds that response's state (rollout tracking).
+    pub superseded_acks: Vec<String>,
     /// The subscriptions changed: the registry needs the new interest.
     pub interest_changed: bool,
     /// The request named a type URL that is no message of the Envoy API: it was ignored.
@@ -455,6 +458,9 @@ impl StreamMachine {
                 .is_some_and(|last| last != request.response_nonce);
             if stale {
                 ty.answer_superseded(&request.response_nonce, request.error_detail.is_none());
+                if request.error_detail.is_none() {
+                    outcome.superseded_acks.push(type_url.clone());
+                }
             } else if let Some(ack) = ty.answer(
                 &request.response_nonce,
                 error_message(&request.error_detail),
@@ -635,9 +641,13 @@ impl StreamMachine {
         // Most polls follow an ACK with nothing else pending: nothing to compute or send.
         if self.types.values().all(|ty| ty.quiet()) {
             for ty in self.types.values_mut() {
+                ty.removals_due_now = false;
                 ty.free_emptied();
             }
             return Vec::new();
+        }
+        for ty in self.types.values_mut() {
+            ty.removals_due_now = false;
         }
         for ty in self.types.values_mut() {
             ty.refresh(snapshot);
@@ -693,10 +703,15 @@ impl StreamMachine {
         responses
     }
 
-    /// Whether removals are due and held back until earlier responses are answered
-    /// (make-before-break): the revisions that made them are not rolled out yet.
-    pub fn removals_waiting(&self) -> bool {
-        self.types.values().any(|t| t.removals_waiting())
+    /// The types whose removals are due and held back until earlier responses are answered
+    /// (make-before-break), each with whether one became due in the last poll: the revisions
+    /// that made them are not rolled out before they go.
+    pub fn held_removals(&self) -> Vec<(&str, bool)> {
+        self.types
+            .iter()
+            .filter(|(_, t)| t.removals_waiting())
+            .map(|(type_url, t)| (type_url.as_str(), t.removals_due_now))
+            .collect()
     }
 
     /// The shortest TTL among the resources heartbeats renew on this stream (what the client

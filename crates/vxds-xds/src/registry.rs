@@ -52,6 +52,9 @@ struct Pending {
     /// Every revision marked, for rollout tracking (`crate::rollout`); at most
     /// [`crate::rollout::MAX_CONCERNS`], the oldest given up beyond.
     revisions: Vec<u64>,
+    /// The index epoch of `revisions`: a mark of a later epoch (a reload) drops them, since
+    /// their numbers now name other revisions, whose records are not theirs.
+    revisions_epoch: u64,
 }
 
 /// What a stream was told since it last looked.
@@ -63,6 +66,8 @@ pub struct Marked {
     pub epoch: u64,
     /// Each revision marked, oldest first.
     pub revisions: Vec<u64>,
+    /// Their index epoch.
+    pub revisions_epoch: u64,
 }
 
 /// A mark's effect on rollout tracking: whether `revision` is new to the inbox, and the
@@ -74,7 +79,13 @@ struct MarkResult {
 }
 
 impl Pending {
-    fn note(&mut self, revision: u64) -> MarkResult {
+    fn note(&mut self, revision: u64, epoch: u64) -> MarkResult {
+        if epoch != self.revisions_epoch {
+            // Revisions of the epoch before a reload: their records went with it (and a
+            // number among them may be marked again in this epoch, as another revision).
+            self.revisions.clear();
+            self.revisions_epoch = epoch;
+        }
         if self.revisions.contains(&revision) {
             return MarkResult::default();
         }
@@ -103,7 +114,7 @@ impl Inbox {
             if (epoch, revision) > (pending.epoch, pending.revision) {
                 (pending.epoch, pending.revision) = (epoch, revision);
             }
-            result = pending.note(revision);
+            result = pending.note(revision, epoch);
         }
         self.notify.notify_one();
         result
@@ -112,7 +123,7 @@ impl Inbox {
     fn mark_everything(&self, revision: u64, epoch: u64) -> MarkResult {
         let mut result = MarkResult::default();
         if let Ok(mut pending) = self.pending.lock() {
-            result = pending.note(revision);
+            result = pending.note(revision, epoch);
             pending.everything = true;
             pending.keys.clear();
             // Everything is computed afresh, from this revision on: earlier marks are moot
@@ -124,11 +135,11 @@ impl Inbox {
         result
     }
 
-    /// The revisions marked and not yet taken (the stream left).
-    fn abandon(&self) -> Vec<u64> {
+    /// The revisions marked and not yet taken (the stream left), and their epoch.
+    fn abandon(&self) -> (u64, Vec<u64>) {
         self.pending
             .lock()
-            .map(|mut p| std::mem::take(&mut p.revisions))
+            .map(|mut p| (p.revisions_epoch, std::mem::take(&mut p.revisions)))
             .unwrap_or_default()
     }
 
@@ -145,12 +156,14 @@ impl Inbox {
         let revision = std::mem::take(&mut pending.revision);
         let epoch = std::mem::take(&mut pending.epoch);
         let revisions = std::mem::take(&mut pending.revisions);
+        let revisions_epoch = pending.revisions_epoch;
         if std::mem::take(&mut pending.everything) {
             return Marked {
                 keys: None,
                 revision,
                 epoch,
                 revisions,
+                revisions_epoch,
             };
         }
         Marked {
@@ -158,6 +171,7 @@ impl Inbox {
             revision,
             epoch,
             revisions,
+            revisions_epoch,
         }
     }
 }
@@ -273,7 +287,8 @@ impl Drop for Registration {
             indexes.unindex(self.id, &entry.interest);
         }
         self.registry.heartbeats.remove(self.id);
-        self.registry.rollouts.undecided_gone(&self.inbox.abandon());
+        let (epoch, revisions) = self.inbox.abandon();
+        self.registry.rollouts.undecided_gone_in(epoch, &revisions);
     }
 }
 
@@ -281,12 +296,14 @@ impl Registry {
     /// A registry whose streams start from `snapshot`.
     pub fn new(snapshot: Arc<Snapshot>) -> Self {
         let events = crate::events::ClientEvents::default();
+        let rollouts = crate::rollout::Rollouts::new(events.clone());
+        rollouts.loaded(snapshot.epoch, snapshot.revision);
         Self {
             indexes: Mutex::default(),
             next_id: AtomicU64::new(0),
             published: watch::channel(snapshot).0,
             heartbeats: heartbeats::Heartbeats::default(),
-            rollouts: Arc::new(crate::rollout::Rollouts::new(events.clone())),
+            rollouts: Arc::new(rollouts),
             events,
         }
     }
@@ -385,12 +402,12 @@ impl Registry {
         self.catch_up_marked(inbox, machine, &mut Vec::new()).await
     }
 
-    /// [`Self::catch_up`], adding each revision marked to `revisions`.
+    /// [`Self::catch_up`], adding each revision marked to `revisions`, as `(epoch, revision)`.
     pub async fn catch_up_marked(
         &self,
         inbox: &Inbox,
         machine: &mut StreamMachine,
-        revisions: &mut Vec<u64>,
+        revisions: &mut Vec<(u64, u64)>,
     ) -> Arc<Snapshot> {
         let mut published = self.published.subscribe();
         loop {
@@ -398,7 +415,12 @@ impl Registry {
             // by the time it is published.
             let snapshot = published.borrow_and_update().clone();
             let marked = inbox.take();
-            revisions.extend_from_slice(&marked.revisions);
+            revisions.extend(
+                marked
+                    .revisions
+                    .iter()
+                    .map(|&r| (marked.revisions_epoch, r)),
+            );
             match &marked.keys {
                 Some(keys) => machine.on_changes(keys),
                 None => machine.on_everything_changed(),

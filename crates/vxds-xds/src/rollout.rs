@@ -69,6 +69,10 @@ pub struct Rollouts {
 
 #[derive(Debug, Default)]
 struct Records {
+    /// The revision the replica's streams started from (the index loaded at start): every
+    /// stream connected after it, so no revision up to it changed anything they resolve.
+    /// Forgotten at a reload.
+    loaded: u64,
     by_revision: BTreeMap<u64, RolloutRecord>,
     /// Revisions the index applied together with a later one (a burst while the dispatcher was
     /// busy): they share that one's record, as the streams got them together.
@@ -83,6 +87,9 @@ pub enum Known {
     Forgotten {
         oldest: u64,
     },
+    /// In place before this replica started (or before its index reloaded): it changed
+    /// nothing its streams resolve.
+    BeforeStart,
     /// Not dispatched here yet.
     NotYet,
 }
@@ -103,6 +110,17 @@ impl Rollouts {
             ..Default::default()
         }
     }
+    /// The replica's streams start from `revision` of index epoch `epoch` (the snapshot the
+    /// registry starts with): it and every revision before it are in place before any stream
+    /// connects, so they are not still to come here (see [`Self::head`]).
+    pub fn loaded(&self, epoch: u64, revision: u64) {
+        if let Ok(mut records) = self.records.lock() {
+            self.epoch
+                .store(epoch, std::sync::atomic::Ordering::Release);
+            records.loaded = revision;
+        }
+    }
+
     /// Sets what every commit → ACK time is reported to (the metric).
     pub fn observe_with(&self, observer: Observer) {
         if let Ok(mut o) = self.observer.lock() {
@@ -163,16 +181,21 @@ impl Rollouts {
             if epoch != self.epoch() {
                 records.by_revision.clear();
                 records.with.clear();
+                records.loaded = 0;
                 self.epoch
                     .store(epoch, std::sync::atomic::Ordering::Release);
             }
-            records
-                .by_revision
-                .entry(revision)
-                .or_insert_with(|| RolloutRecord::new(revision, committed_at_ms));
             let first = previous
                 .saturating_add(1)
                 .max(revision.saturating_sub(ROLLOUT_WINDOW as u64));
+            let record = records
+                .by_revision
+                .entry(revision)
+                .or_insert_with(|| RolloutRecord::new(revision, committed_at_ms));
+            if first < revision {
+                // Published with the record: other replicas answer for these revisions too.
+                record.first = Some(record.first.map_or(first, |f| f.min(first)));
+            }
             for earlier in first..revision {
                 records.with.insert(earlier, revision);
             }
@@ -209,6 +232,14 @@ impl Rollouts {
     pub fn undecided_gone(&self, revisions: &[u64]) {
         for &revision in revisions {
             self.decided(revision, false);
+        }
+    }
+
+    /// [`Self::undecided_gone`] for revisions of index epoch `epoch`: those of an epoch
+    /// before a reload have no records any more (their numbers may name other revisions).
+    pub fn undecided_gone_in(&self, epoch: u64, revisions: &[u64]) {
+        if epoch == self.epoch() {
+            self.undecided_gone(revisions);
         }
     }
 
@@ -277,6 +308,7 @@ impl Rollouts {
         }
         match records.by_revision.first_key_value() {
             Some((&oldest, _)) if revision < oldest => Known::Forgotten { oldest },
+            _ if revision <= records.loaded => Known::BeforeStart,
             _ => Known::NotYet,
         }
     }
@@ -286,10 +318,12 @@ impl Rollouts {
         self.epoch.load(std::sync::atomic::Ordering::Acquire)
     }
 
-    /// The newest revision dispatched here.
+    /// The newest revision dispatched here, or the one loaded at start if none was since:
+    /// a revision after it is still to come here.
     pub fn head(&self) -> Option<u64> {
         let records = self.records.lock().ok()?;
-        records.by_revision.last_key_value().map(|(&k, _)| k)
+        let dispatched = records.by_revision.last_key_value().map(|(&k, _)| k);
+        dispatched.max((records.loaded > 0).then_some(records.loaded))
     }
 
     /// The newest records, for the client summary.
@@ -319,6 +353,10 @@ struct TypeRollout {
     sent: u64,
     /// The revision of the last response the client accepted.
     accepted: u64,
+    /// The revision of the last response the client refused.
+    refused: u64,
+    /// The nonce of the last response the client accepted.
+    accepted_nonce: u64,
     /// Responses sent and not yet answered, oldest first: `(nonce, revision computed from)`.
     /// An answer decides by the response it names: an ACK of an older Delta response accepts
     /// that response's revision, not the newest sent; an answer to a heartbeat (never listed)
@@ -348,9 +386,14 @@ struct Concern {
     /// Indexes into `StreamRollout::types`.
     types: Vec<usize>,
     nacked: bool,
-    /// Removals were due and held back (make-before-break) when it was computed: the types
-    /// sent until they go are its too, and it is not accepted before they are.
-    awaiting_removals: bool,
+    /// Types whose removals became due when it was computed and are held back
+    /// (make-before-break): what goes of them until they go is its too, and it is not
+    /// accepted before that is. Removals of other types, or due before, are not its.
+    awaiting: Vec<usize>,
+    /// The responses that carried its held-back removals, `(type, nonce)`: it is not accepted
+    /// before the client accepts each (accepting the type at its revision is not enough: an
+    /// update of the type at that revision may have gone first).
+    removals: Vec<(usize, u64)>,
 }
 
 /// One stream's part (see the module's documentation). Dropping it (the stream ended) counts
@@ -363,6 +406,9 @@ pub struct StreamRollout {
     concerns: VecDeque<Concern>,
     /// The records' epoch this stream's part belongs to (see [`Rollouts::epoch`]).
     epoch: u64,
+    /// A Delta stream: a response carries only what changed, so accepting one computed from
+    /// a refused revision (the removals the refusal released) accepts nothing it refused.
+    delta: bool,
 }
 
 impl Drop for StreamRollout {
@@ -381,7 +427,14 @@ impl StreamRollout {
             types: Vec::new(),
             concerns: VecDeque::new(),
             epoch: 0,
+            delta: false,
         }
+    }
+
+    /// The part of a Delta stream.
+    pub fn delta(mut self) -> Self {
+        self.delta = true;
+        self
     }
 
     /// After a reload (a new epoch), what was accepted and followed refers to revision
@@ -395,24 +448,31 @@ impl StreamRollout {
         }
     }
 
-    /// [`Self::computed`] from a snapshot of index epoch `epoch`: one from before a reload
-    /// decides nothing of the new epoch's revisions.
+    /// [`Self::computed`] from a snapshot of index epoch `epoch`, told of the revisions
+    /// `marked` as `(epoch, revision)`: one from before a reload decides nothing of the new
+    /// epoch's revisions, and revisions of an epoch before a reload are no longer followed
+    /// (their records went with it; their numbers may name other revisions now).
     pub fn computed_in<'a>(
         &mut self,
         epoch: u64,
         revision: u64,
-        marked: &[u64],
+        marked: &[(u64, u64)],
         sent: impl IntoIterator<Item = (&'a str, &'a str)>,
-        removals_waiting: bool,
+        held: &[(&str, bool)],
     ) {
         self.sync_epoch();
+        let marked: Vec<u64> = marked
+            .iter()
+            .filter(|(e, _)| *e == self.epoch)
+            .map(|&(_, r)| r)
+            .collect();
         if epoch != self.epoch {
-            for &m in marked {
+            for m in marked {
                 self.rollouts.decided(m, false);
             }
             return;
         }
-        self.computed(revision, marked, sent, removals_waiting);
+        self.computed(revision, &marked, sent, held);
     }
 
     fn type_index(&mut self, type_url: &str) -> usize {
@@ -423,6 +483,8 @@ impl StreamRollout {
             type_url: type_url.to_owned(),
             sent: 0,
             accepted: 0,
+            refused: 0,
+            accepted_nonce: 0,
             in_flight: VecDeque::new(),
         });
         self.types.len() - 1
@@ -439,42 +501,63 @@ impl StreamRollout {
 
     /// The stream computed from the snapshot at `revision`, told of the revisions `marked`
     /// since its last computation, and sent responses `(type URL, nonce)` (heartbeats
-    /// excepted; a nonce that is no number is never matched by an answer); `removals_waiting`
-    /// when removals are due and held back until earlier responses are answered.
+    /// excepted; a nonce that is no number is never matched by an answer); `held`: the types
+    /// whose removals are due and held back until earlier responses are answered, each with
+    /// whether some became due in this computation (those are the marked revisions').
     pub fn computed<'a>(
         &mut self,
         revision: u64,
         marked: &[u64],
         sent: impl IntoIterator<Item = (&'a str, &'a str)>,
-        removals_waiting: bool,
+        held: &[(&str, bool)],
     ) {
         self.sync_epoch();
         let mut types = Vec::new();
+        let mut responses = Vec::new();
         for (type_url, nonce) in sent {
             let i = self.type_index(type_url);
             let t = &mut self.types[i];
             t.sent = revision;
-            if let Ok(nonce) = nonce.parse::<u64>() {
+            let nonce = nonce.parse::<u64>().ok();
+            if let Some(nonce) = nonce {
                 if t.in_flight.len() >= MAX_IN_FLIGHT {
                     t.in_flight.pop_front();
                 }
                 t.in_flight.push_back((nonce, revision));
             }
             types.push(i);
+            responses.push((i, nonce));
         }
         types.sort_unstable();
         types.dedup();
-        // Revisions waiting for their removals: what goes now is theirs.
-        for c in self.concerns.iter_mut().filter(|c| c.awaiting_removals) {
-            for &i in &types {
+        let held: Vec<(usize, bool)> = held
+            .iter()
+            .map(|&(type_url, due_now)| (self.type_index(type_url), due_now))
+            .collect();
+        // Revisions waiting for their removals: what goes now of those types is theirs.
+        let mut stopped_waiting = false;
+        for c in self.concerns.iter_mut().filter(|c| !c.awaiting.is_empty()) {
+            for &(i, nonce) in &responses {
+                if !c.awaiting.contains(&i) {
+                    continue;
+                }
                 if !c.types.contains(&i) {
                     c.types.push(i);
                 }
+                if let Some(nonce) = nonce {
+                    c.removals.push((i, nonce));
+                }
             }
-            c.awaiting_removals = removals_waiting;
+            c.awaiting.retain(|i| held.iter().any(|(h, _)| h == i));
+            stopped_waiting |= c.awaiting.is_empty();
         }
+        let due_now: Vec<usize> = held
+            .iter()
+            .filter(|(_, due_now)| *due_now)
+            .map(|(i, _)| *i)
+            .collect();
         for &m in marked {
-            let concerned = !types.is_empty() || removals_waiting;
+            let concerned = !types.is_empty() || !due_now.is_empty();
             self.rollouts.decided(m, concerned);
             if !concerned {
                 continue;
@@ -488,8 +571,14 @@ impl StreamRollout {
                 revision: m,
                 types: types.clone(),
                 nacked: false,
-                awaiting_removals: removals_waiting,
+                awaiting: due_now.clone(),
+                removals: Vec::new(),
             });
+        }
+        // Removals held back may have stopped being due without anything going (the
+        // resource came back, the client unsubscribed): what waited only for them is done.
+        if stopped_waiting {
+            self.settle();
         }
     }
 
@@ -501,13 +590,30 @@ impl StreamRollout {
         let Some(revision) = t.answered(nonce) else {
             return; // a heartbeat's, or one too old to remember: nothing newer was accepted
         };
-        t.accepted = t.accepted.max(revision);
+        if let Some(nonce) = nonce {
+            t.accepted_nonce = t.accepted_nonce.max(nonce);
+        }
+        // A Delta response computed from a revision the client refused of this type (the
+        // removals the refusal released) never carries the refused resources again:
+        // accepting it accepts nothing the refusal was about.
+        if !(self.delta && revision <= t.refused) {
+            t.accepted = t.accepted.max(revision);
+        }
+        self.settle();
+    }
+
+    /// Counts as accepted the revisions whose types the client all accepted at them or later
+    /// (and whose held-back removals went).
+    fn settle(&mut self) {
         let types = &self.types;
         let rollouts = &self.rollouts;
         let stream_id = self.stream_id;
         self.concerns.retain(|c| {
-            let done =
-                !c.awaiting_removals && c.types.iter().all(|&i| types[i].accepted >= c.revision);
+            let done = c.awaiting.is_empty()
+                && c.types.iter().all(|&i| types[i].accepted >= c.revision)
+                && c.removals
+                    .iter()
+                    .all(|&(i, n)| types[i].accepted_nonce >= n);
             if done {
                 rollouts.acked(c.revision, stream_id, c.nacked);
             }
@@ -524,6 +630,7 @@ impl StreamRollout {
         let Some(refused) = t.answered(nonce) else {
             return;
         };
+        t.refused = t.refused.max(refused);
         let accepted = t.accepted;
         for c in &mut self.concerns {
             if c.revision <= refused && accepted < c.revision && c.types.contains(&i) {
@@ -572,17 +679,26 @@ mod tests {
             }
         }
 
-        fn computed(&mut self, revision: u64, marked: &[u64], types: &[&'static str]) {
-            self.computed_holding(revision, marked, types, false);
+        /// A Delta stream's.
+        fn delta(r: Arc<Rollouts>, id: u64) -> Self {
+            Self {
+                rollout: StreamRollout::new(r, id).delta(),
+                ..Self::new(Arc::new(Rollouts::default()), id)
+            }
         }
 
-        /// A computation that sent `types` while removals stay held back, or not.
+        fn computed(&mut self, revision: u64, marked: &[u64], types: &[&'static str]) {
+            self.computed_holding(revision, marked, types, &[]);
+        }
+
+        /// A computation that sent `types` while removals of the types `held` stay held back
+        /// (each with whether one became due in this computation).
         fn computed_holding(
             &mut self,
             revision: u64,
             marked: &[u64],
             types: &[&'static str],
-            removals_waiting: bool,
+            held: &[(&'static str, bool)],
         ) {
             let sent: Vec<(&str, String)> = types
                 .iter()
@@ -596,7 +712,7 @@ mod tests {
                 revision,
                 marked,
                 sent.iter().map(|(t, n)| (*t, n.as_str())),
-                removals_waiting,
+                held,
             );
         }
 
@@ -773,13 +889,13 @@ mod tests {
         a.computed(1, &[1], &[CDS]);
         // Revision 2 deletes a listener while the CDS response is unanswered: nothing sent.
         dispatch(&r, 2, 1);
-        a.computed_holding(2, &[2], &[], true);
+        a.computed_holding(2, &[2], &[], &[(LDS, true)]);
         assert_eq!(counts(&record(&r, 2)), (0, 1, 0, 0, 1, 0));
         // The CDS ACK releases the removal (sent from the request path), still pending.
         a.acked(CDS);
         assert_eq!(record(&r, 1).acked, 1);
         assert_eq!(record(&r, 2).pending, 1);
-        a.computed_holding(2, &[], &[LDS], false);
+        a.computed_holding(2, &[], &[LDS], &[]);
         assert_eq!(record(&r, 2).pending, 1);
         a.acked(LDS);
         assert_eq!(counts(&record(&r, 2)), (0, 1, 1, 0, 0, 0));
@@ -844,5 +960,213 @@ mod tests {
         assert_eq!(record(&r, 6).nacks.len(), 1);
         assert_eq!(record(&r, 7).nacks.len(), 1);
         assert_eq!(record(&r, 6).nacked, 1);
+    }
+
+    /// Review finding 1: on Delta, a refusal releases the removals it no longer holds back;
+    /// they go as a response computed from the refused revision, and the client's ACK of
+    /// them accepts the removals, not the refused update.
+    #[test]
+    fn delta_an_ack_of_the_removals_a_refusal_released_does_not_undo_it() {
+        let r = Arc::new(Rollouts::default());
+        let mut a = Client::delta(r.clone(), 1);
+        dispatch(&r, 1, 1);
+        a.computed(1, &[1], &[CDS]);
+        a.acked(CDS);
+        // Revision 2 updates one cluster and deletes another: the update goes, the removal
+        // waits for its answer.
+        dispatch(&r, 2, 1);
+        a.computed_holding(2, &[2], &[CDS], &[(CDS, true)]);
+        let update = a.latest[CDS];
+        // The NACK releases the removal, sent by the computation that follows it; the refusal
+        // is recorded after that computation (see `service::record_refusals`).
+        a.computed(2, &[], &[CDS]);
+        a.rollout.nacked(CDS, Some(update), "n", "bad");
+        assert_eq!(counts(&record(&r, 2)), (0, 1, 0, 1, 0, 0));
+        // The client takes the removal.
+        a.acked(CDS);
+        let two = record(&r, 2);
+        assert_eq!(counts(&two), (0, 1, 0, 1, 0, 0));
+        assert_eq!(two.nacks.len(), 1);
+        assert_eq!(a.versions(CDS), Some((1, 2)));
+        // A later revision the client accepts settles it, as ever.
+        dispatch(&r, 3, 1);
+        a.computed(3, &[3], &[CDS]);
+        a.acked(CDS);
+        assert_eq!(counts(&record(&r, 2)), (0, 1, 1, 0, 0, 0));
+    }
+
+    /// On SotW the response after a refusal carries the type's whole state, so accepting it
+    /// accepts what the refused revision left in place.
+    #[test]
+    fn sotw_an_ack_of_a_later_whole_state_at_the_refused_revision_accepts_it() {
+        let r = Arc::new(Rollouts::default());
+        let mut a = Client::new(r.clone(), 1);
+        dispatch(&r, 1, 1);
+        a.computed(1, &[1], &[CDS]);
+        let refused = a.latest[CDS];
+        a.rollout.nacked(CDS, Some(refused), "n", "bad");
+        assert_eq!(record(&r, 1).nacked, 1);
+        a.computed(1, &[], &[CDS]);
+        a.acked(CDS);
+        assert_eq!(counts(&record(&r, 1)), (0, 1, 1, 0, 0, 0));
+    }
+
+    /// Review finding 5: removals held back stop being due without anything going (the
+    /// resource came back, the client unsubscribed): the revision waited for nothing more
+    /// than what its client already accepted.
+    #[test]
+    fn a_revision_whose_held_back_removals_are_no_longer_due_completes() {
+        let r = Arc::new(Rollouts::default());
+        let mut a = Client::new(r.clone(), 1);
+        dispatch(&r, 1, 1);
+        a.computed(1, &[1], &[CDS]);
+        dispatch(&r, 2, 1);
+        a.computed_holding(2, &[2], &[LDS], &[(CDS, true)]);
+        a.acked(LDS);
+        a.acked(CDS);
+        assert_eq!(counts(&record(&r, 2)), (0, 1, 0, 0, 1, 0));
+        // Revision 3 puts the deleted resource back as the client holds it: nothing to send,
+        // nothing to remove.
+        dispatch(&r, 3, 1);
+        a.computed_holding(3, &[3], &[], &[]);
+        assert_eq!(counts(&record(&r, 2)), (0, 1, 1, 0, 0, 0));
+    }
+
+    const RDS: &str = "type.googleapis.com/envoy.config.route.v3.RouteConfiguration";
+
+    /// Review finding 5: held-back removals are their type's and their revision's: a later
+    /// revision that removes nothing does not wait for them, what else goes meanwhile is not
+    /// theirs, and an ACK of the type at their revision is not the ACK of their response.
+    #[test]
+    fn held_back_removals_belong_to_their_revision_and_type() {
+        let r = Arc::new(Rollouts::default());
+        let mut a = Client::new(r.clone(), 1);
+        dispatch(&r, 1, 1);
+        a.computed(1, &[1], &[CDS]);
+        // Revision 2 deletes a listener while the CDS response is unanswered.
+        dispatch(&r, 2, 1);
+        a.computed_holding(2, &[2], &[], &[(LDS, true)]);
+        // Revision 3 updates a route; the listener's removal still waits.
+        dispatch(&r, 3, 1);
+        a.computed_holding(3, &[3], &[RDS], &[(LDS, false)]);
+        a.acked(RDS);
+        assert_eq!(counts(&record(&r, 3)), (0, 1, 1, 0, 0, 0));
+        assert_eq!(record(&r, 2).pending, 1);
+        // Revision 4 updates a listener, accepted before the removal goes.
+        dispatch(&r, 4, 1);
+        a.computed_holding(4, &[4], &[LDS], &[(LDS, false)]);
+        a.acked(CDS);
+        // The removal goes (with a route update of revision 4's, which is not revision 2's).
+        a.computed_holding(4, &[], &[RDS, LDS], &[]);
+        let removal = a.latest[LDS];
+        a.acked(RDS);
+        assert_eq!(record(&r, 2).pending, 1);
+        // The listener update's ACK (revision 4 is later than 2) does not accept the removal.
+        a.rollout.acked(LDS, Some(removal - 2));
+        assert_eq!(record(&r, 4).acked, 1);
+        assert_eq!(record(&r, 2).pending, 1);
+        a.acked(LDS);
+        assert_eq!(counts(&record(&r, 2)), (0, 1, 1, 0, 0, 0));
+    }
+
+    fn snapshot(epoch: u64, revision: u64) -> Arc<vxds_store::Snapshot> {
+        let mut snapshot = vxds_store::Snapshot::default();
+        snapshot.epoch = epoch;
+        snapshot.revision = revision;
+        Arc::new(snapshot)
+    }
+
+    fn client_status() -> Arc<Mutex<crate::status::ClientStatus>> {
+        Arc::new(Mutex::new(crate::status::ClientStatus::default()))
+    }
+
+    /// Review finding 2: a replica restarted after revision 7 starts its streams from it: 7
+    /// is not still to come there, and it says so to the other replicas.
+    #[test]
+    fn a_replica_knows_the_revision_it_started_from() {
+        let registry = Arc::new(crate::Registry::new(snapshot(0, 7)));
+        let _stream = registry.register(1, client_status());
+        assert_eq!(registry.rollouts.head(), Some(7));
+        assert_eq!(registry.summary().rollout_head, Some(7));
+        assert_eq!(registry.rollouts.get(7), Known::BeforeStart);
+        assert_eq!(registry.rollouts.get(8), Known::NotYet);
+        registry.dispatch(snapshot(0, 8), None);
+        assert_eq!(registry.rollouts.head(), Some(8));
+        assert_eq!(counts(&record(&registry.rollouts, 8)), (1, 0, 0, 0, 0, 0));
+        // A reload (a failover that lost revisions) forgets it with the records.
+        registry.dispatch(snapshot(1, 5), None);
+        assert_eq!(registry.rollouts.head(), Some(5));
+        assert_eq!(registry.rollouts.get(6), Known::NotYet);
+    }
+
+    /// Review finding 3: revisions of the epoch before a reload, still in a stream's inbox,
+    /// are not the new epoch's revisions of the same numbers.
+    #[test]
+    fn marks_of_an_epoch_before_a_reload_do_not_count_in_the_next() {
+        let registry = Arc::new(crate::Registry::new(snapshot(0, 8)));
+        let a = registry.register(1, client_status());
+        let b = registry.register(2, client_status());
+        // Revision 9 is told to both streams; neither has looked yet.
+        registry.dispatch(snapshot(0, 9), None);
+        // Failover: the database went back to 8, and 9 is written again (other content).
+        registry.dispatch(snapshot(1, 8), None);
+        registry.dispatch(snapshot(1, 9), None);
+        // The new 9 is still to come for both.
+        let nine = record(&registry.rollouts, 9);
+        assert_eq!(counts(&nine), (2, 0, 0, 0, 0, 0));
+        // One leaves without looking: it was told of the new epoch's 8 and 9 only.
+        drop(a);
+        assert_eq!(counts(&record(&registry.rollouts, 9)), (1, 0, 0, 0, 0, 0));
+        assert_eq!(counts(&record(&registry.rollouts, 8)), (1, 0, 0, 0, 0, 0));
+        // The other computes, from the new epoch, with what its inbox held.
+        let marked = b.inbox.take();
+        assert_eq!(
+            (marked.revisions_epoch, &marked.revisions[..]),
+            (1, &[8, 9][..])
+        );
+        drop(b);
+    }
+
+    /// Review finding 3, the stream's side: a computation from before a reload, told of the
+    /// old epoch's revisions, decides nothing of the new epoch's revisions of those numbers.
+    #[test]
+    fn a_computation_told_of_an_old_epoch_decides_nothing_in_the_new() {
+        let r = Arc::new(Rollouts::default());
+        let mut a = Client::new(r.clone(), 1);
+        dispatch(&r, 9, 1);
+        // Reload (epoch 1) and 9 again, told to another stream.
+        r.dispatching_in(1, 9, 8, None);
+        r.dispatching_in(1, 8, 9, None);
+        r.marked(9);
+        r.published(9);
+        // `a` took its old mark of 9 before the reload and computes from the old snapshot.
+        a.rollout
+            .computed_in(0, 9, &[(0, 9)], std::iter::empty::<(&str, &str)>(), &[]);
+        assert_eq!(counts(&record(&r, 9)), (1, 0, 0, 0, 0, 0));
+        // Or from the new one.
+        a.rollout
+            .computed_in(1, 9, &[(0, 9)], std::iter::empty::<(&str, &str)>(), &[]);
+        assert_eq!(counts(&record(&r, 9)), (1, 0, 0, 0, 0, 0));
+    }
+
+    /// Review finding 7: revisions applied together share one record, published with the
+    /// revisions it counts, so that other replicas answer for each of them alike.
+    #[test]
+    fn a_shared_record_says_which_revisions_it_counts() {
+        let r = Arc::new(Rollouts::default());
+        dispatch(&r, 4, 1);
+        r.dispatching(4, 7, Some(now_ms()));
+        r.marked(7);
+        r.published(7);
+        let recent = r.recent("r");
+        let seven = recent.iter().find(|rec| rec.revision == 7).unwrap();
+        assert_eq!(seven.first, Some(5));
+        assert!(seven.covers(5) && seven.covers(6) && seven.covers(7));
+        assert!(!seven.covers(4) && !seven.covers(8));
+        let four = recent.iter().find(|rec| rec.revision == 4).unwrap();
+        assert_eq!(four.first, None);
+        for n in 5..=7 {
+            assert_eq!(counts(&record(&r, n)), counts(seven));
+        }
     }
 }

@@ -465,10 +465,12 @@ fn record_answers(
     nonce: Option<u64>,
 ) -> Vec<Refusal> {
     let mut refusals = Vec::new();
-    if outcome.acks.is_empty() && outcome.nacks.is_empty() {
+    if outcome.acks.is_empty() && outcome.nacks.is_empty() && outcome.superseded_acks.is_empty() {
         return refusals;
     }
-    for type_url in &outcome.acks {
+    // An ACK of a superseded SotW response accepts that response's revision: a refusal of
+    // the later one then refuses only what came after it.
+    for type_url in outcome.acks.iter().chain(&outcome.superseded_acks) {
         rollout.acked(type_url, nonce);
     }
     if !outcome.nacks.is_empty() {
@@ -496,7 +498,13 @@ fn record_answers(
             refusals.push((type_url.clone(), nonce, node.clone(), text));
         }
     }
-    mirror_revisions(rollout, machine, outcome.acks.iter().chain(&outcome.nacks));
+    mirror_revisions(
+        rollout,
+        machine,
+        (outcome.acks.iter())
+            .chain(&outcome.nacks)
+            .chain(&outcome.superseded_acks),
+    );
     refusals
 }
 
@@ -521,7 +529,7 @@ fn record_computed(
     rollout: &mut StreamRollout,
     machine: &StreamMachine,
     (epoch, revision): (u64, u64),
-    marked: &[u64],
+    marked: &[(u64, u64)],
     responses: &[Response],
 ) {
     rollout.computed_in(
@@ -529,7 +537,7 @@ fn record_computed(
         revision,
         marked,
         responses.iter().map(|r| (r.type_url(), r.nonce())),
-        machine.removals_waiting(),
+        &machine.held_removals(),
     );
     if !responses.is_empty() {
         mirror_revisions(rollout, machine, responses.iter().map(Response::type_url));
@@ -591,6 +599,9 @@ async fn run_stream<Req, Resp>(
     machine.set_peer(admitted.peer, admitted.trusted);
     let registration = shared.registry.register(id, machine.status());
     let mut rollout = StreamRollout::new(shared.registry.rollouts.clone(), id);
+    if protocol == Protocol::Delta {
+        rollout = rollout.delta();
+    }
     let labels = StreamLabels {
         service: spec.label,
         protocol: match protocol {

@@ -398,6 +398,37 @@ fn apply_and_resolve_against_a_running_server_with_tokens() {
     );
 }
 
+/// Review finding 6: `apply --wait` exits 1 only when a client refused the revision; a write
+/// the server refuses (here a conflict: `must_not_exist` on a resource that exists) made no
+/// revision to wait for, and is an error, 2, as a timeout is. Without `--wait` a refused write
+/// stays 1.
+#[test]
+fn apply_wait_tells_a_refused_write_from_a_refused_rollout() {
+    let server = Server::start(&[]);
+    let dir = tempfile::tempdir().unwrap();
+    let file = dir.path().join("c.yaml");
+    let cluster = |must_not_exist: bool| {
+        format!(
+            "type: cluster\nname: c1\nmust_not_exist: {must_not_exist}\nvariants:\n  - resource:\n      \"@type\": type.googleapis.com/envoy.config.cluster.v3.Cluster\n      name: c1\n      connect_timeout: 1s\n"
+        )
+    };
+    std::fs::write(&file, cluster(false)).unwrap();
+    let f = file.to_str().unwrap();
+    // Nothing connected: the revision concerns no stream, and completes at once.
+    let applied = run(&["apply", "-f", f, "--server", &server.base, "--wait", "10s"]);
+    assert_eq!(applied.status.code(), Some(0), "{}", stderr(&applied));
+    std::fs::write(&file, cluster(true)).unwrap();
+    let conflict = run(&["apply", "-f", f, "--server", &server.base, "--wait", "10s"]);
+    assert_eq!(conflict.status.code(), Some(2), "{}", stderr(&conflict));
+    assert!(
+        stderr(&conflict).contains("error:"),
+        "{}",
+        stderr(&conflict)
+    );
+    let conflict = run(&["apply", "-f", f, "--server", &server.base]);
+    assert_eq!(conflict.status.code(), Some(1), "{}", stderr(&conflict));
+}
+
 /// `vxds token create` prints a random token and a token-file line holding its SHA-256 (checked
 /// here with `sha2`, not the server's code), and a server loading those lines accepts the token
 /// with the scope asked for.

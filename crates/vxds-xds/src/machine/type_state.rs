@@ -196,6 +196,8 @@ pub(crate) struct TypeState {
     /// Removals due, each with the sequence number of the last response sent when it became
     /// due: it may go once every response up to that one is accepted.
     removal_stamps: BTreeMap<ItemKey, u64>,
+    /// A removal became due in the last poll (rollout tracking: it is the marked revisions').
+    pub removals_due_now: bool,
 
     /// What the client accepted (held = ACKed, not sent): heartbeats renew these, at these
     /// versions, and the NACK scope reads their references. See `accepted`.
@@ -290,6 +292,7 @@ impl TypeState {
             refused: None,
             reported_names: BTreeSet::new(),
             removal_stamps: BTreeMap::new(),
+            removals_due_now: false,
             accepted: accepted::Accepted::default(),
             accepted_version: None,
             unacked: BTreeMap::new(),

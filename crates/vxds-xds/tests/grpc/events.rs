@@ -7,7 +7,10 @@ use vxds_xds::ClientEvent;
 
 use super::*;
 
-on_both_backends!(connects_answers_and_leaves_are_broadcast);
+on_both_backends!(
+    connects_answers_and_leaves_are_broadcast,
+    a_sotw_ack_of_a_superseded_response_counts_for_rollout,
+);
 
 async fn connects_answers_and_leaves_are_broadcast(db: TestDb) {
     let server = Server::start(&db, XdsConfig::default()).await;
@@ -116,4 +119,68 @@ async fn any_event(events: &mut broadcast::Receiver<Arc<ClientEvent>>) -> Arc<Cl
         .await
         .expect("an event in time")
         .unwrap()
+}
+
+/// This replica's counts of `revision`: `(streams, acked, nacked, pending)`.
+fn rollout_counts(server: &Server, revision: u64) -> (u64, u64, u64, u64) {
+    match server.xds.registry().rollouts.get(revision) {
+        vxds_xds::rollout::Known::Record(r) => (r.streams, r.acked, r.nacked, r.pending),
+        other => panic!("revision {revision}: {other:?}"),
+    }
+}
+
+/// Review finding 4: a SotW client that lags behind ACKs a response a later one superseded (a
+/// stale nonce), then NACKs the later one. It holds the superseded response's state: that
+/// revision is accepted, and only the later one refused.
+async fn a_sotw_ack_of_a_superseded_response_counts_for_rollout(db: TestDb) {
+    let server = Server::start(&db, XdsConfig::default()).await;
+    server
+        .apply(json!([put_route("web", &[("*", "v0")])]))
+        .await;
+    let mut stream = SotwStream::open(
+        &server,
+        DiscoveryRequest {
+            type_url: ROUTE.into(),
+            node: Some(node("envoy-lagging", &[])),
+            resource_names: vec!["web".into()],
+            ..Default::default()
+        },
+    )
+    .await;
+    let first = stream.next().await;
+    stream.ack(&first).await;
+    let accepted = server
+        .apply(json!([put_route("web", &[("*", "v1")])]))
+        .await;
+    let superseded = stream.next().await;
+    let refused = server
+        .apply(json!([put_route("web", &[("*", "v2")])]))
+        .await;
+    let latest = stream.next().await;
+    assert_eq!(tag(&latest.resources[0].value), "v2");
+    // Its answers arrive late: the ACK of v1, then the NACK of v2.
+    stream.ack(&superseded).await;
+    stream
+        .requests
+        .send(DiscoveryRequest {
+            type_url: ROUTE.into(),
+            resource_names: vec!["web".into()],
+            version_info: superseded.version_info.clone(),
+            response_nonce: latest.nonce.clone(),
+            error_detail: Some(vxds_envoy::pb::google::rpc::Status {
+                code: 3,
+                message: "route v2 refused".into(),
+                details: vec![],
+            }),
+            ..Default::default()
+        })
+        .await
+        .unwrap();
+    let deadline = tokio::time::Instant::now() + WAIT;
+    while rollout_counts(&server, refused).2 == 0 {
+        assert!(tokio::time::Instant::now() < deadline, "no refusal counted");
+        tokio::time::sleep(Duration::from_millis(20)).await;
+    }
+    assert_eq!(rollout_counts(&server, refused), (1, 0, 1, 0));
+    assert_eq!(rollout_counts(&server, accepted), (1, 1, 0, 0));
 }

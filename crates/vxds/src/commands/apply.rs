@@ -34,7 +34,8 @@ pub struct ApplyArgs {
     message: Option<String>,
     /// After committing, wait up to this long for every client stream the revision changed to
     /// accept it: exit 0 when all did, 1 when a client refused it (naming the node and its
-    /// error), 2 on a timeout (see `vxds rollout status`).
+    /// error), 2 on a timeout or an error — a write the server refuses included, since nothing
+    /// was committed (see `vxds rollout status`).
     #[arg(long, value_parser = humantime::parse_duration)]
     wait: Option<std::time::Duration>,
     /// With `--wait`: when a client refuses the revision, restore the state before it as a
@@ -99,6 +100,12 @@ async fn apply(
             409 if scope.is_some() && attempt < PRUNE_ATTEMPTS => continue,
             400 | 409 | 422 => {
                 print_problem(&reply.body, &|p| fixtures.locate(p));
+                if args.wait.is_some() && !args.dry_run {
+                    // Nothing was committed, so there is no rollout to wait for: an error (2),
+                    // never confused with a client refusing the revision (1).
+                    eprintln!("error: nothing was committed; no rollout to wait for");
+                    return Ok(ExitCode::from(2));
+                }
                 return Ok(refused());
             }
             status => bail!(

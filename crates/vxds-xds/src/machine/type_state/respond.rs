@@ -66,7 +66,10 @@ impl TypeState {
         let due: BTreeSet<ItemKey> = self.pending_removals().cloned().collect();
         self.removal_stamps.retain(|k, _| due.contains(k));
         for key in due {
-            self.removal_stamps.entry(key).or_insert(seq);
+            if let std::collections::btree_map::Entry::Vacant(v) = self.removal_stamps.entry(key) {
+                v.insert(seq);
+                self.removals_due_now = true;
+            }
         }
     }
 
