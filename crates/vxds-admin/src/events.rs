@@ -214,7 +214,10 @@ impl EventId {
             Some(_) => return None,
             None => (text, 0),
         };
-        let revision = revision.parse::<u64>().ok().filter(|n| *n <= i64::MAX as u64)?;
+        let revision = revision
+            .parse::<u64>()
+            .ok()
+            .filter(|n| *n <= i64::MAX as u64)?;
         Some(Self { revision, commit })
     }
 }

@@ -86,12 +86,15 @@ pub async fn status(state: &AdminState, n: u64) -> Result<RolloutStatus, ApiErro
     let own_id = state.replica_id.as_deref().unwrap_or("local");
     let mut records: Vec<(String, RolloutRecord)> = Vec::new();
     let mut forgotten = None;
+    // Replicas that started (or reloaded) after `n`: their streams' answers to it were never
+    // recorded, so they count nothing — and must not pass for "concerned none".
+    let mut started_after = Vec::new();
     if let Some(registry) = &state.clients {
         match registry.rollouts.get(n) {
             Known::Record(record) => records.push((own_id.to_owned(), *record)),
             Known::Forgotten { oldest } => forgotten = Some(oldest),
-            // In place before this replica started: nothing of it to count here.
-            Known::BeforeStart => {}
+            // In place before this replica started: unknown here.
+            Known::BeforeStart => started_after.push(own_id.to_owned()),
             // Committed, not yet dispatched here: still to come.
             Known::NotYet => records.push((own_id.to_owned(), RolloutRecord::new(n, None))),
         }
@@ -101,6 +104,12 @@ pub async fn status(state: &AdminState, n: u64) -> Result<RolloutStatus, ApiErro
             continue;
         }
         let summary = row.summary;
+        if summary.rollout_loaded.is_some_and(|loaded| n <= loaded) {
+            if summary.streams > 0 {
+                started_after.push(row.replica_id);
+            }
+            continue;
+        }
         // A replica that has told its streams of no revision since it started (just
         // restarted, say) has every revision still to come; one without streams has nothing
         // to count.
@@ -128,6 +137,13 @@ pub async fn status(state: &AdminState, n: u64) -> Result<RolloutStatus, ApiErro
             "revision {n}'s rollout is no longer remembered: replicas keep the last {} \
              revisions' (the oldest here is {oldest})",
             vxds_xds::rollout::ROLLOUT_WINDOW
+        )));
+    }
+    if records.is_empty() && !started_after.is_empty() {
+        return Err(ApiError::HistoryPruned(format!(
+            "revision {n}'s rollout was not recorded: it was in place before {} started or \
+             reloaded its index, so its streams' answers to it are unknown",
+            started_after.join(", ")
         )));
     }
     Ok(RolloutStatus::merge(

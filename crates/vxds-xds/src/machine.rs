@@ -457,8 +457,7 @@ impl StreamMachine {
                 .as_deref()
                 .is_some_and(|last| last != request.response_nonce);
             if stale {
-                ty.answer_superseded(&request.response_nonce, request.error_detail.is_none());
-                if request.error_detail.is_none() {
+                if ty.answer_superseded(&request.response_nonce, request.error_detail.is_none()) {
                     outcome.superseded_acks.push(type_url.clone());
                 }
             } else if let Some(ack) = ty.answer(

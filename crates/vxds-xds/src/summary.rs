@@ -59,6 +59,7 @@ impl Registry {
         // The replica's name is added where the summaries are merged.
         summary.rollouts = self.rollouts.recent("");
         summary.rollout_head = self.rollouts.head();
+        summary.rollout_loaded = self.rollouts.loaded_revision();
         summary
     }
 }

@@ -427,7 +427,10 @@ async fn warm_up(client: &reqwest::Client, admin: &str) -> anyhow::Result<()> {
         .send()
         .await?;
     if !response.status().is_success() {
-        bail!("the warm-up dry run was refused: {}", response.text().await?);
+        bail!(
+            "the warm-up dry run was refused: {}",
+            response.text().await?
+        );
     }
     Ok(())
 }

@@ -551,7 +551,13 @@ async fn heap_figures(client: &reqwest::Client, admin: &str) -> (Option<f64>, Op
     let text = response.text().await.unwrap_or_default();
     let mib = |name: &str| {
         text.lines()
-            .find_map(|l| l.strip_prefix(name)?.strip_prefix(' ')?.trim().parse::<f64>().ok())
+            .find_map(|l| {
+                l.strip_prefix(name)?
+                    .strip_prefix(' ')?
+                    .trim()
+                    .parse::<f64>()
+                    .ok()
+            })
             .map(|bytes| bytes / f64::from(1u32 << 20))
     };
     (
@@ -772,7 +778,11 @@ async fn soak(
                 .context("a sampled process")?;
             let (rss_mib, _, cpu) = process_usage(pid)?;
             let fds = open_files(pid)? as f64;
-            let admin = shared.replicas[replica].admin.read().expect("admin").clone();
+            let admin = shared.replicas[replica]
+                .admin
+                .read()
+                .expect("admin")
+                .clone();
             let (heap_mib, resident_mib) = heap_figures(&client, &admin).await;
             process.samples.push(Sample {
                 at_s,
@@ -958,9 +968,9 @@ async fn soak(
             None => "too few samples".to_owned(),
         };
         let ends = |f: fn(&Sample) -> Option<f64>| {
-            let mut values = kept.iter().filter_map(|s| f(*s));
+            let mut values = kept.iter().filter_map(|s| f(s));
             let first = values.next();
-            match (first, values.last().or(first)) {
+            match (first, values.next_back().or(first)) {
                 (Some(a), Some(b)) => format!("{a:.1} → {b:.1}"),
                 _ => "-".to_owned(),
             }

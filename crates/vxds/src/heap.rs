@@ -94,7 +94,10 @@ mod tests {
         let allocated = value(&before, "vxds_heap_allocated_bytes").expect(&before);
         let resident = value(&before, "vxds_heap_resident_bytes").expect(&before);
         assert!(allocated > 0.0 && resident >= allocated, "{before}");
-        assert!(before.contains("# UNIT vxds_heap_allocated_bytes bytes"), "{before}");
+        assert!(
+            before.contains("# UNIT vxds_heap_allocated_bytes bytes"),
+            "{before}"
+        );
 
         // 64 MiB held: `allocated` must see it (it is the figure a leak grows).
         let held = vec![1u8; 64 << 20];

@@ -497,7 +497,10 @@ mod tests {
         let kinds: Vec<Kind> = frames.iter().map(|f| f.kind).collect();
         assert_eq!(
             kinds,
-            [Kind::Revision(EventId::new(2, 0)), Kind::Revision(EventId::new(3, 0))]
+            [
+                Kind::Revision(EventId::new(2, 0)),
+                Kind::Revision(EventId::new(3, 0))
+            ]
         );
         let text = String::from_utf8_lossy(&frames[0].bytes).into_owned();
         assert!(

@@ -875,7 +875,10 @@ async fn a_resume_after_a_failover_that_reused_the_revision_is_reset(db: TestDb)
             assert_ne!(id, told, "revision 3 is another commit now");
             break;
         }
-        assert!(tokio::time::Instant::now() < deadline, "the index never reached 3");
+        assert!(
+            tokio::time::Instant::now() < deadline,
+            "the index never reached 3"
+        );
         tokio::time::sleep(Duration::from_millis(50)).await;
     }
 
@@ -889,12 +892,19 @@ async fn a_resume_after_a_failover_that_reused_the_revision_is_reset(db: TestDb)
     let now = id.unwrap();
     assert!(now.starts_with("3-") && now != told, "{now}");
     let (name, id, _) = resumed.event_with_id().await;
-    assert_eq!((name.as_str(), id.as_deref()), ("hello", Some(now.as_str())));
+    assert_eq!(
+        (name.as_str(), id.as_deref()),
+        ("hello", Some(now.as_str()))
+    );
 
     // The new revision 3's own id resumes without a reset; a bare number is not checked.
     for resume in [now.as_str(), "3"] {
         let mut again = SseReader::open(&api.base, None, Some(resume)).await;
         let (name, id, _) = again.event().await;
-        assert_eq!((name.as_str(), id.as_deref()), ("hello", Some("3")), "{resume}");
+        assert_eq!(
+            (name.as_str(), id.as_deref()),
+            ("hello", Some("3")),
+            "{resume}"
+        );
     }
 }

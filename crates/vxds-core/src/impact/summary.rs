@@ -54,6 +54,10 @@ pub struct ClientSummary {
     /// still to come there; one at or before it without a record concerned none of its streams.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub rollout_head: Option<u64>,
+    /// The revision the replica's index loaded at start (or at its last reload): its streams'
+    /// answers to revisions up to it were never recorded there, so it cannot count them.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub rollout_loaded: Option<u64>,
 }
 
 /// A set of at most [`SAMPLE_NODES`] node ids, the smallest seen.
@@ -135,6 +139,7 @@ impl SummaryBuilder {
                 .collect(),
             rollouts: Vec::new(),
             rollout_head: None,
+            rollout_loaded: None,
         }
     }
 }

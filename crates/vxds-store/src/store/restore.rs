@@ -23,9 +23,9 @@ use vxds_envoy::constraints::constraints_to_json;
 use vxds_envoy::pointer::Pointer;
 use vxds_envoy::resource::{Body, ResourceType};
 
-use super::{Store, bulk};
 use super::history::{Past, refuse_pruned};
 use super::read::{stored_constraints, ttl_from_ms};
+use super::{Store, bulk};
 use crate::error::{ApplyError, Conflict, RestoreError, StoreError};
 use crate::model::{Applied, ChangeKind, PastState, PastVariant, RestoreOptions, Restored};
 

@@ -85,8 +85,14 @@ async fn a_writer_that_finds_the_head_behind_reloads_the_index_at_once(db: TestD
     loop {
         let snapshot = index.snapshot();
         if snapshot.get(ROUTE, "d").is_some() {
-            assert!(snapshot.get(ROUTE, "b").is_none(), "a lost revision's route");
-            assert!(snapshot.get(ROUTE, "c").is_none(), "a lost revision's route");
+            assert!(
+                snapshot.get(ROUTE, "b").is_none(),
+                "a lost revision's route"
+            );
+            assert!(
+                snapshot.get(ROUTE, "c").is_none(),
+                "a lost revision's route"
+            );
             assert_eq!(snapshot.revision, 2);
             break;
         }

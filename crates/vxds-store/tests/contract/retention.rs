@@ -3,7 +3,8 @@
 //! `HistoryPruned` for the rest; the index starts from the head's state.
 
 use vxds_store::{
-    ChangeBatch, Followed, RestoreError, RestoreOptions, Restored, Retention, RevisionDiff, Snapshot,
+    ChangeBatch, Followed, RestoreError, RestoreOptions, Restored, Retention, RevisionDiff,
+    Snapshot,
 };
 
 use super::*;
@@ -353,7 +354,10 @@ async fn a_reader_at_the_newest_pruned_revision_is_checked(db: TestDb) {
         other => panic!("expected the changes after 9, got {other:?}"),
     }
     assert_eq!(
-        store.changes_after(9, commit.wrapping_add(1)).await.unwrap(),
+        store
+            .changes_after(9, commit.wrapping_add(1))
+            .await
+            .unwrap(),
         Followed::Diverged { head: 10 }
     );
 

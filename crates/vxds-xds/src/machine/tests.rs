@@ -1193,3 +1193,42 @@ fn the_status_mirrors_what_the_client_holds() {
     assert_eq!(names(&m), ["b", "c"]);
     assert_eq!(held(&m)[1], versions(&make)[0]);
 }
+
+/// Envoy's legacy SotW mux NACKs a superseded response, then stamps its next request of that
+/// type (a subscription change) with the same nonce and no error: that request accepts nothing.
+#[test]
+fn sotw_a_refused_superseded_response_is_not_accepted_by_a_later_request_with_its_nonce() {
+    let mut world = World::new();
+    env_routes(&mut world);
+    world.apply(json!([put(
+        "route",
+        "other",
+        &[("*", route("other", "o"))]
+    )]));
+    let mut m = sotw_machine();
+    m.on_sotw_request(sotw_request(ROUTE, &["web"], "", ""))
+        .unwrap();
+    let first = sotw(&m.poll(&world.snapshot)[0]);
+    let changed = world.apply(json!([put("route", "web", &[("*", route("web", "all"))])]));
+    m.on_changes(&changed);
+    let second = sotw(&m.poll(&world.snapshot)[0]);
+    assert_eq!(second.nonce, "2");
+    // The client refuses nonce 1, which nonce 2 superseded.
+    let mut nack = sotw_request(ROUTE, &["web"], &first.nonce, "");
+    nack.error_detail = Some(RpcStatus {
+        code: 3,
+        message: "refused".into(),
+        ..Default::default()
+    });
+    let outcome = m.on_sotw_request(nack).unwrap();
+    assert!(outcome.superseded_acks.is_empty());
+    // Then a subscription change stamped with the refused nonce and no error.
+    let outcome = m
+        .on_sotw_request(sotw_request(ROUTE, &["web", "other"], &first.nonce, ""))
+        .unwrap();
+    assert!(
+        outcome.superseded_acks.is_empty(),
+        "a refused response is not accepted by a later request carrying its nonce"
+    );
+    assert!(outcome.interest_changed);
+}

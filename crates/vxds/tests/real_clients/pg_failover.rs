@@ -50,7 +50,10 @@ async fn write(client: &reqwest::Client, admin: &str, ops: Vec<Value>) -> u64 {
                 answer.status(),
                 answer.json::<Value>().await.unwrap_or_default(),
             ),
-            Err(e) => (reqwest::StatusCode::BAD_GATEWAY, json!({"error": e.to_string()})),
+            Err(e) => (
+                reqwest::StatusCode::BAD_GATEWAY,
+                json!({"error": e.to_string()}),
+            ),
         };
         if status.is_success() {
             return body["revision"].as_u64().expect("a committed revision");
@@ -65,8 +68,7 @@ async fn write(client: &reqwest::Client, admin: &str, ops: Vec<Value>) -> u64 {
 
 /// The dynamic clusters the Envoy holds: name → `alt_stat_name`.
 async fn envoy_holds(client: &reqwest::Client, admin_port: u16) -> BTreeMap<String, String> {
-    let url =
-        format!("http://127.0.0.1:{admin_port}/config_dump?resource=dynamic_active_clusters");
+    let url = format!("http://127.0.0.1:{admin_port}/config_dump?resource=dynamic_active_clusters");
     let Ok(answer) = client.get(url).send().await else {
         return BTreeMap::new();
     };
@@ -116,10 +118,11 @@ async fn standby_reaches(standby: &PgServer, revision: u64) {
     loop {
         let head = match sqlx::PgPool::connect(&standby.url()).await {
             Ok(pool) => {
-                let head: Option<i64> = sqlx::query_scalar("SELECT max(revision) FROM vxds_revisions")
-                    .fetch_one(&pool)
-                    .await
-                    .unwrap_or(None);
+                let head: Option<i64> =
+                    sqlx::query_scalar("SELECT max(revision) FROM vxds_revisions")
+                        .fetch_one(&pool)
+                        .await
+                        .unwrap_or(None);
                 pool.close().await;
                 head.unwrap_or(0)
             }

@@ -27,24 +27,28 @@ impl TypeState {
     /// SotW: the client answered a response that a later one superseded (its requests lag
     /// behind under churn; Envoy answers every response). An acceptance means it holds that
     /// response's state, and settles every response up to that one, so the latest outstanding
-    /// response no longer stands for them; a refusal leaves it with what it had.
-    pub fn answer_superseded(&mut self, nonce: &str, accepted: bool) {
+    /// response no longer stands for them; a refusal leaves it with what it had. Whether it
+    /// accepted a response still in flight: a nonce already answered accepts nothing again
+    /// (Envoy's legacy mux stamps requests after a NACK with the refused nonce, no error).
+    pub fn answer_superseded(&mut self, nonce: &str, accepted: bool) -> bool {
         let Ok(answered) = nonce.parse::<u64>() else {
-            return;
+            return false;
         };
-        if self.answer_superseded_state(answered, accepted) {
-            // Only an answer to a response in flight shows a client that keeps up; what is
-            // still unanswered is what was sent after it.
-            self.unanswered = self.unacked.len();
+        if !self.answer_superseded_state(answered, accepted) {
+            return false;
         }
+        // Only an answer to a response in flight shows a client that keeps up; what is
+        // still unanswered is what was sent after it.
+        self.unanswered = self.unacked.len();
         if !accepted {
-            return;
+            return false;
         }
         for outstanding in self.outstanding.values_mut() {
             if outstanding.since <= answered && answered < outstanding.seq {
                 outstanding.since = answered + 1;
             }
         }
+        true
     }
 
     /// A type the client no longer watches (it unsubscribed from everything): it answers
