@@ -60,7 +60,9 @@ use vxds_testkit::{Db, TestDb};
 
 #[path = "common/load.rs"]
 mod load;
-use load::{CLUSTER, node, open_files, process_usage, put, raise_open_file_limit, shard};
+use load::{
+    CLUSTER, node, open_files, process_usage, put, raise_open_file_limit, resident_split, shard,
+};
 
 #[derive(Parser)]
 #[command(about = "A soak run: two replicas on Postgres under churn, watching for leaks")]
@@ -531,6 +533,9 @@ async fn run_writer(
 struct Sample {
     at_s: f64,
     rss_mib: f64,
+    /// RSS's anonymous part (heap, stacks) and its file-backed part (the binary's pages).
+    anon_mib: f64,
+    file_mib: f64,
     fds: f64,
     /// `vxds_heap_allocated_bytes` in MiB; None when the scrape failed (a restart).
     heap_mib: Option<f64>,
@@ -718,7 +723,7 @@ async fn soak(
         args.warm_up,
     );
     println!(
-        "memory: RSS (VmRSS) and heap (vxds_heap_allocated_bytes: what the server holds; resident: what jemalloc keeps)"
+        "memory: RSS (VmRSS = RssAnon + RssFile) and heap (vxds_heap_allocated_bytes: what the server holds; resident: what jemalloc keeps)"
     );
     // Connect at most ~200 streams a second, as a fleet coming up would.
     for (stream, kind) in kinds.iter().copied().enumerate() {
@@ -759,7 +764,7 @@ async fn soak(
     let mut restart_window: Option<(String, String)> = None;
     let log_time = |at: std::time::SystemTime| humantime::format_rfc3339_micros(at).to_string();
     println!(
-        "\n| min | replica 0 RSS MiB | heap MiB | resident MiB | fds | CPU s | replica 1 RSS MiB | heap MiB | resident MiB | fds | CPU s | streams live | sessions | writes | event MiB | errors | restart disconnects | load gen RSS MiB |"
+        "\n| min | replica 0 RSS (anon + file) MiB | heap MiB | resident MiB | fds | CPU s | replica 1 RSS (anon + file) MiB | heap MiB | resident MiB | fds | CPU s | streams live | sessions | writes | event MiB | errors | restart disconnects | load gen RSS MiB |"
     );
     println!("|---|---|---|---|---|---|---|---|---|---|---|---|---|---|---|---|---|---|");
     let mut tick = tokio::time::interval(sample_every);
@@ -777,6 +782,7 @@ async fn soak(
                 .find(|p| p.pid == pid)
                 .context("a sampled process")?;
             let (rss_mib, _, cpu) = process_usage(pid)?;
+            let (anon_mib, file_mib) = resident_split(pid)?;
             let fds = open_files(pid)? as f64;
             let admin = shared.replicas[replica]
                 .admin
@@ -787,13 +793,15 @@ async fn soak(
             process.samples.push(Sample {
                 at_s,
                 rss_mib,
+                anon_mib,
+                file_mib,
                 fds,
                 heap_mib,
                 resident_mib,
             });
             let show = |v: Option<f64>| v.map_or("-".to_owned(), |v| format!("{v:.1}"));
             line.push(format!(
-                "{rss_mib:.1} | {} | {} | {fds:.0} | {cpu:.1}",
+                "{rss_mib:.1} ({anon_mib:.1} + {file_mib:.1}) | {} | {} | {fds:.0} | {cpu:.1}",
                 show(heap_mib),
                 show(resident_mib)
             ));
@@ -946,14 +954,15 @@ async fn soak(
     }
 
     println!(
-        "\n| process | samples after warm-up | RSS first → last MiB | RSS slope | heap first → last MiB | heap slope | resident first → last MiB | resident slope | open files first → last | open-files slope |"
+        "\n| process | samples after warm-up | RSS first → last MiB | RSS slope | anonymous RSS first → last MiB | anonymous RSS slope | file RSS first → last MiB | heap first → last MiB | heap slope | resident first → last MiB | resident slope | open files first → last | open-files slope |"
     );
-    println!("|---|---|---|---|---|---|---|---|---|---|");
+    println!("|---|---|---|---|---|---|---|---|---|---|---|---|---|");
     let mut flat = true;
     for process in &processes {
         let from = process.started_s + args.warm_up.as_secs_f64();
         let kept: Vec<&Sample> = process.samples.iter().filter(|s| s.at_s >= from).collect();
         let rss = slope_per_hour(&process.samples, from, |s| Some(s.rss_mib));
+        let anon = slope_per_hour(&process.samples, from, |s| Some(s.anon_mib));
         let heap = slope_per_hour(&process.samples, from, |s| s.heap_mib);
         let resident = slope_per_hour(&process.samples, from, |s| s.resident_mib);
         let fds = slope_per_hour(&process.samples, from, |s| Some(s.fds));
@@ -976,6 +985,7 @@ async fn soak(
             }
         };
         let rss = pct(rss, "MiB");
+        let anon = pct(anon, "MiB");
         let heap = pct(heap, "MiB");
         // Resident pages follow the allocator's retention, not the program: shown, not judged.
         let resident = match resident {
@@ -986,10 +996,12 @@ async fn soak(
         };
         let fds = pct(fds, "fds");
         println!(
-            "| {} | {} | {} | {rss} | {} | {heap} | {} | {resident} | {} | {fds} |",
+            "| {} | {} | {} | {rss} | {} | {anon} | {} | {} | {heap} | {} | {resident} | {} | {fds} |",
             process.label,
             kept.len(),
             ends(|s| Some(s.rss_mib)),
+            ends(|s| Some(s.anon_mib)),
+            ends(|s| Some(s.file_mib)),
             ends(|s| s.heap_mib),
             ends(|s| s.resident_mib),
             ends(|s| Some(s.fds)),

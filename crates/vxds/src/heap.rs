@@ -10,10 +10,19 @@ use prometheus_client::collector::Collector;
 use prometheus_client::encoding::{DescriptorEncoder, EncodeMetric};
 use prometheus_client::metrics::gauge::ConstGauge;
 use prometheus_client::registry::{Registry, Unit};
-use tikv_jemalloc_ctl::{epoch, stats};
+use tikv_jemalloc_ctl::{background_thread, epoch, max_background_threads, stats};
 
 #[global_allocator]
 static ALLOCATOR: tikv_jemallocator::Jemalloc = tikv_jemallocator::Jemalloc;
+
+/// Turns on jemalloc's background purging: a thread returns freed pages to the system as
+/// they age (`dirty_decay_ms`), instead of only when some thread next allocates in that arena.
+/// Without it a quiet server keeps what a burst freed, and its RSS creeps up over hours with a
+/// flat heap (the soak measured +3.5 %/h). One thread is enough for a server of this size.
+pub fn purge_in_background() -> Result<(), tikv_jemalloc_ctl::Error> {
+    max_background_threads::write(1)?;
+    background_thread::write(true)
+}
 
 /// Registers the heap gauges (`vxds_heap_allocated_bytes`, `vxds_heap_resident_bytes`).
 pub fn register(registry: &mut Registry) {
@@ -79,6 +88,12 @@ mod tests {
     fn value(text: &str, name: &str) -> Option<f64> {
         text.lines()
             .find_map(|l| l.strip_prefix(name)?.strip_prefix(' ')?.trim().parse().ok())
+    }
+
+    #[test]
+    fn background_purging_can_be_turned_on() {
+        purge_in_background().expect("jemalloc takes background threads");
+        assert!(background_thread::read().expect("read"));
     }
 
     #[test]

@@ -327,6 +327,9 @@ pub async fn run(args: ServeArgs) -> anyhow::Result<ExitCode> {
     store.metrics().register(&mut registry);
     let xds_metrics = Arc::new(vxds_xds::XdsMetrics::register(&mut registry));
     crate::heap::register(&mut registry);
+    if let Err(e) = crate::heap::purge_in_background() {
+        tracing::warn!(error = %e, "jemalloc's background purging could not be turned on");
+    }
     let xds_config = vxds_xds::XdsConfig {
         machine: vxds_xds::MachineConfig {
             node_metadata_params: args.node_metadata_params.clone(),

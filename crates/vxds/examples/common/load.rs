@@ -63,6 +63,22 @@ pub fn process_usage(pid: u32) -> anyhow::Result<(f64, f64, f64)> {
     ))
 }
 
+/// A process's resident memory split as /proc/PID/status splits it, in MiB: anonymous pages
+/// (the heap, stacks: what a leak grows) and file-backed pages (the binary's code and data as
+/// they are first touched, which only ever grows to the binary's size).
+pub fn resident_split(pid: u32) -> anyhow::Result<(f64, f64)> {
+    let status = std::fs::read_to_string(format!("/proc/{pid}/status"))?;
+    let mib = |field: &str| -> f64 {
+        status
+            .lines()
+            .find(|l| l.starts_with(field))
+            .and_then(|l| l.split_whitespace().nth(1))
+            .and_then(|v| v.parse::<f64>().ok())
+            .map_or(f64::NAN, |kib| kib / 1024.0)
+    };
+    Ok((mib("RssAnon:"), mib("RssFile:")))
+}
+
 /// The process's open file descriptors (entries of /proc/PID/fd).
 pub fn open_files(pid: u32) -> anyhow::Result<usize> {
     Ok(std::fs::read_dir(format!("/proc/{pid}/fd"))?.count())
