@@ -54,7 +54,7 @@ pub(crate) fn shared_interest(interest: StreamInterest) -> Arc<StreamInterest> {
 use type_state::{Ack, HeldChanges, Settled, TypeState};
 
 use crate::params::{ParamSource, locator_params, node_params_from};
-use crate::status::{Acked, ClientStatus, Nacked, SentVersion, TypeStatus};
+use crate::status::{Acked, ClientStatus, Nacked, SentVersion, Stamp, TypeStatus};
 use crate::types::{self, ServiceSpec, legacy_wildcard, push_rank};
 use crate::wire::{DeltaResponse, SotwResponse};
 
@@ -817,7 +817,7 @@ impl StreamMachine {
         let sent = entry.last_sent.get_or_insert_with(SentVersion::default);
         overwrite(&mut sent.version, version);
         overwrite(&mut sent.nonce, response.nonce());
-        now_into(&mut sent.at);
+        sent.at = Stamp::now();
         // What the client holds changed; its subscriptions did not.
         if let Some(ty) = self.types.get_mut(type_url) {
             apply_held_changes(ty, entry);
@@ -863,19 +863,6 @@ fn apply_held_changes(ty: &mut TypeState, entry: &mut TypeStatus) {
 fn overwrite(to: &mut String, from: &str) {
     to.clear();
     to.push_str(from);
-}
-
-/// [`now`] written into `to`, reusing its allocation.
-fn now_into(to: &mut String) {
-    let mut bytes = std::mem::take(to).into_bytes();
-    bytes.clear();
-    if OffsetDateTime::now_utc()
-        .format_into(&mut bytes, &Rfc3339)
-        .is_err()
-    {
-        bytes.clear();
-    }
-    *to = String::from_utf8(bytes).unwrap_or_default();
 }
 
 /// Secrets are asked for by name: a wildcard or a glob would hand a client every secret it can
@@ -935,7 +922,7 @@ fn record_ack(
             let acked = entry.last_acked.get_or_insert_with(Acked::default);
             acked.version = version;
             overwrite(&mut acked.nonce, nonce);
-            now_into(&mut acked.at);
+            acked.at = Stamp::now();
         }
         Ack::Nacked { version, message } => {
             outcome.nacks.push(type_url.to_owned());
