@@ -27,6 +27,7 @@ mod type_state;
 use std::collections::BTreeMap;
 use std::sync::{Arc, Mutex};
 
+use smallvec::SmallVec;
 use time::OffsetDateTime;
 use time::format_description::well_known::Rfc3339;
 use tonic::Status;
@@ -651,18 +652,21 @@ impl StreamMachine {
         for ty in self.types.values_mut() {
             ty.refresh(snapshot);
         }
-        let mut order: Vec<String> = self.types.keys().cloned().collect();
-        order.sort_by_key(|t| (push_rank(t), t.clone()));
+        // The types in push order, as references: no name copied, no allocation for a few.
+        let mut order: SmallVec<[&mut TypeState; 4]> =
+            self.types.values_mut().map(|ty| &mut **ty).collect();
+        order.sort_by(|a, b| {
+            (push_rank(&a.type_url), &a.type_url).cmp(&(push_rank(&b.type_url), &b.type_url))
+        });
         let system_version = snapshot.revision.to_string();
         let mut responses = Vec::new();
 
         // Make: additions and updates, in make-before-break order. A SotW response leaves out
         // the removals already eligible, so that no second response of the type follows.
-        let settled = self.settled();
-        for type_url in &order {
+        let settled = settled_of(order.iter().map(|ty| &**ty));
+        for ty in order.iter_mut() {
             let seq = self.nonce + 1;
             let wrap_all = self.wrap_all;
-            let ty = self.types.get_mut(type_url).expect("listed above");
             let response = match self.protocol {
                 Protocol::Sotw => ty.sotw_make(seq, wrap_all, &settled).map(Response::Sotw),
                 Protocol::Delta => ty.delta_make(seq, &system_version).map(Response::Delta),
@@ -673,15 +677,14 @@ impl StreamMachine {
             }
         }
         let last_sent = self.nonce;
-        for ty in self.types.values_mut() {
+        for ty in order.iter_mut() {
             ty.stamp_removals(last_sent);
         }
         // Break: the removals every earlier response has cleared, in the reverse order.
-        let settled = self.settled();
-        for type_url in order.iter().rev() {
+        let settled = settled_of(order.iter().map(|ty| &**ty));
+        for ty in order.iter_mut().rev() {
             let seq = self.nonce + 1;
             let wrap_all = self.wrap_all;
-            let ty = self.types.get_mut(type_url).expect("listed above");
             let response = match self.protocol {
                 Protocol::Sotw => ty.sotw_break(seq, wrap_all, &settled).map(Response::Sotw),
                 Protocol::Delta => ty
@@ -693,6 +696,7 @@ impl StreamMachine {
                 responses.push(response);
             }
         }
+        drop(order);
         for response in &responses {
             self.record_sent(response);
         }
@@ -774,35 +778,6 @@ impl StreamMachine {
         Ok(())
     }
 
-    /// How far the client's answers reach over every type; while a refusal stands, what its
-    /// accepted configuration names (a refused update holds back only those removals).
-    fn settled(&self) -> Settled {
-        let mut settled = Settled {
-            unanswered_before: u64::MAX,
-            refused_before: u64::MAX,
-            referenced: BTreeMap::new(),
-        };
-        for ty in self.types.values() {
-            let (unanswered, refused) = ty.unsettled_from();
-            settled.unanswered_before = settled.unanswered_before.min(unanswered);
-            settled.refused_before = settled.refused_before.min(refused);
-        }
-        if settled.refused_before != u64::MAX {
-            for ty in self.types.values() {
-                for item in ty.accepted_items() {
-                    for (type_url, name) in &item.variant().references {
-                        settled
-                            .referenced
-                            .entry(*type_url)
-                            .or_default()
-                            .insert(name.clone());
-                    }
-                }
-            }
-        }
-        settled
-    }
-
     fn record_sent(&mut self, response: &Response) {
         let type_url = response.type_url();
         let version = match response {
@@ -845,6 +820,35 @@ impl StreamMachine {
         }
         apply_held_changes(ty, entry);
     }
+}
+
+/// How far the client's answers reach over `types`; while a refusal stands, what its accepted
+/// configuration names (a refused update holds back only those removals).
+fn settled_of<'a>(types: impl Iterator<Item = &'a TypeState> + Clone) -> Settled {
+    let mut settled = Settled {
+        unanswered_before: u64::MAX,
+        refused_before: u64::MAX,
+        referenced: BTreeMap::new(),
+    };
+    for ty in types.clone() {
+        let (unanswered, refused) = ty.unsettled_from();
+        settled.unanswered_before = settled.unanswered_before.min(unanswered);
+        settled.refused_before = settled.refused_before.min(refused);
+    }
+    if settled.refused_before != u64::MAX {
+        for ty in types {
+            for item in ty.accepted_items() {
+                for (type_url, name) in &item.variant().references {
+                    settled
+                        .referenced
+                        .entry(*type_url)
+                        .or_default()
+                        .insert(name.clone());
+                }
+            }
+        }
+    }
+    settled
 }
 
 /// Mirrors what the client holds of `ty` into its status entry.

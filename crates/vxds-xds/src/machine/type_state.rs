@@ -186,8 +186,9 @@ pub(crate) struct TypeState {
     pub last_nonce: Option<String>,
     last_version: Option<String>,
     nacked_version: Option<String>,
-    /// Responses not yet acknowledged (or refused), by nonce.
-    outstanding: BTreeMap<String, Outstanding>,
+    /// Responses not yet acknowledged (or refused), by sequence number (their nonce's
+    /// value: a nonce is its sequence number in decimal).
+    outstanding: BTreeMap<u64, Outstanding>,
     /// The latest refusal, until a later response is accepted.
     refused: Option<Refused>,
     /// Names reported at connect (`initial_resource_versions`) not yet matched to what the

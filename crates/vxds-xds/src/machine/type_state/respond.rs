@@ -116,7 +116,7 @@ impl TypeState {
         error: Option<String>,
         client_version: &str,
     ) -> Option<Ack> {
-        let answered = self.outstanding.remove(nonce)?;
+        let answered = self.outstanding.remove(&nonce_seq(nonce)?)?;
         // Clients answer in order (Envoy does): an answer to one response answers every
         // earlier one of the type too, and what is left unanswered was sent after it. Only a
         // response in flight counts: a bogus nonce resets nothing.
@@ -505,7 +505,7 @@ impl TypeState {
         self.carry(seq, carried);
         self.unanswered += 1;
         self.outstanding.insert(
-            response.nonce.clone(),
+            seq,
             Outstanding {
                 version: system_version.to_owned(),
                 seq,
@@ -531,7 +531,7 @@ impl TypeState {
             .min(seq);
         self.outstanding.clear();
         self.outstanding.insert(
-            nonce.clone(),
+            seq,
             Outstanding {
                 version: version.to_owned(),
                 seq,
@@ -544,7 +544,8 @@ impl TypeState {
 
     /// Marks response `nonce` as a heartbeat (see [`Outstanding::heartbeat`]).
     pub(super) fn mark_heartbeat(&mut self, nonce: &str) {
-        if let Some(outstanding) = self.outstanding.get_mut(nonce) {
+        if let Some(outstanding) = nonce_seq(nonce).and_then(|seq| self.outstanding.get_mut(&seq))
+        {
             outstanding.heartbeat = true;
         }
     }
@@ -555,6 +556,16 @@ impl TypeState {
             .iter()
             .map(|(key, sent)| (key.held_key(), sent.clone()))
     }
+}
+
+/// The sequence number a nonce names: a response's nonce is its sequence number in decimal,
+/// so only that spelling names it (not `007`, `+7` or ` 7`).
+pub(super) fn nonce_seq(nonce: &str) -> Option<u64> {
+    let digits = nonce.as_bytes();
+    let canonical = !digits.is_empty()
+        && digits.iter().all(u8::is_ascii_digit)
+        && (digits[0] != b'0' || digits.len() == 1);
+    canonical.then(|| nonce.parse().ok()).flatten()
 }
 
 /// A SotW response's version: a hash of the type and of each entry's key and version (the
@@ -690,6 +701,20 @@ pub(super) fn sotw_entry(key: &ItemKey, item: &Item, wrap_all: bool) -> SotwEntr
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    /// Only a response's own spelling of its sequence number names it.
+    #[test]
+    fn nonces_name_responses_by_their_own_spelling() {
+        assert_eq!(nonce_seq("7"), Some(7));
+        assert_eq!(nonce_seq("0"), Some(0));
+        assert_eq!(nonce_seq("18446744073709551615"), Some(u64::MAX));
+        for other in ["", "007", "+7", " 7", "7 ", "-1", "x", "18446744073709551616"] {
+            assert_eq!(nonce_seq(other), None, "{other:?}");
+        }
+        for seq in [1u64, 9, 10, 12345] {
+            assert_eq!(nonce_seq(&seq.to_string()), Some(seq));
+        }
+    }
 
     /// The version is the hash of `{key:?}={version}` labels, however they are written.
     #[test]
