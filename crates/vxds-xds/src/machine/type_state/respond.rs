@@ -195,13 +195,37 @@ impl TypeState {
     /// eligible. A resource whose name the new state carries anyway (another variant of it)
     /// is replaced, not kept: SotW clients key by name, and a name twice is refused.
     fn sotw_kept(&self, settled: &Settled) -> Vec<(ItemKey, Sent)> {
-        self.sent
-            .iter()
-            .filter(|(k, _)| !self.desired.contains_key(*k))
-            .filter(|(k, _)| !self.removal_eligible(k, settled))
-            .filter(|(k, _)| !self.desires_name(k.name()))
-            .map(|(k, s)| (k.clone(), s.clone()))
-            .collect()
+        // What was sent and is not desired: both in key order, walked in step (the same key
+        // is nearly always the same `Arc` on both sides) rather than searched for per item.
+        let mut desired = self.desired.keys().peekable();
+        let mut kept = Vec::new();
+        for (key, sent) in &self.sent {
+            let mut wanted = false;
+            while let Some(next) = desired.peek() {
+                if next.same(key) {
+                    wanted = true;
+                    break;
+                }
+                match (*next).cmp(key) {
+                    std::cmp::Ordering::Less => {
+                        desired.next();
+                    }
+                    std::cmp::Ordering::Equal => {
+                        wanted = true;
+                        break;
+                    }
+                    std::cmp::Ordering::Greater => break,
+                }
+            }
+            if wanted
+                || self.removal_eligible(key, settled)
+                || self.desires_name(key.name())
+            {
+                continue;
+            }
+            kept.push((key.clone(), sent.clone()));
+        }
+        kept
     }
 
     /// Whether the client holds the variant it was sent for the locator `(name, params)`.
@@ -237,11 +261,16 @@ impl TypeState {
             })
             .peekable();
         let mut state: Vec<(ItemKey, Item)> = Vec::with_capacity(self.desired.len());
-        for (key, item) in &self.desired {
-            while let Some((k, i)) = kept.next_if(|(k, _)| k < key) {
-                state.push((k, i));
+        if kept.peek().is_none() {
+            // Nothing kept for make-before-break (the usual state): the desired items.
+            state.extend(self.desired.iter().map(|(k, i)| (k.clone(), i.clone())));
+        } else {
+            for (key, item) in &self.desired {
+                while let Some((k, i)) = kept.next_if(|(k, _)| k < key) {
+                    state.push((k, i));
+                }
+                state.push((key.clone(), item.clone()));
             }
-            state.push((key.clone(), item.clone()));
         }
         state.extend(kept);
 
@@ -636,8 +665,48 @@ impl MemoEntry {
 /// Memoised SotW versions, by a hash of their labels' pointers. Bounded: emptied when full,
 /// and states larger than [`MEMO_MAX_LABELS`] are not kept.
 static SOTW_VERSIONS: std::sync::LazyLock<
-    std::sync::Mutex<std::collections::HashMap<u64, MemoEntry>>,
+    std::sync::Mutex<
+        std::collections::HashMap<u64, MemoEntry, std::hash::BuildHasherDefault<Fingerprint>>,
+    >,
 > = std::sync::LazyLock::new(Default::default);
+
+/// The memo's hash of a state's labels (pointers and ids), a word at a time: every SotW stream
+/// computes one per response, and SipHash made it most of the memo's cost. Only a key: a
+/// collision is caught by [`MemoEntry::matches`]; the version itself is SHA-256.
+#[derive(Clone, Copy, Default)]
+struct Fingerprint(u64);
+
+impl std::hash::Hasher for Fingerprint {
+    fn finish(&self) -> u64 {
+        self.0
+    }
+
+    fn write(&mut self, bytes: &[u8]) {
+        let mut words = bytes.chunks_exact(8);
+        for word in &mut words {
+            self.write_u64(u64::from_le_bytes(word.try_into().unwrap_or_default()));
+        }
+        let mut tail = [0u8; 8];
+        tail[..words.remainder().len()].copy_from_slice(words.remainder());
+        self.write_u64(u64::from_le_bytes(tail) ^ (bytes.len() as u64) << 56);
+    }
+
+    fn write_u8(&mut self, n: u8) {
+        self.write_u64(u64::from(n));
+    }
+
+    fn write_u32(&mut self, n: u32) {
+        self.write_u64(u64::from(n));
+    }
+
+    fn write_usize(&mut self, n: usize) {
+        self.write_u64(n as u64);
+    }
+
+    fn write_u64(&mut self, n: u64) {
+        self.0 = (self.0.rotate_left(5) ^ n).wrapping_mul(0x51_7c_c1_b7_27_22_0a_95);
+    }
+}
 const MEMO_MAX_ENTRIES: usize = 4096;
 const MEMO_MAX_LABELS: usize = 1024;
 
@@ -649,7 +718,7 @@ fn shared_sotw_version(type_url: &str, labels: &[(&ItemKey, &Arc<str>)]) -> Stri
     if labels.len() > MEMO_MAX_LABELS {
         return sotw_version(type_url, labels.iter().copied());
     }
-    let mut hasher = std::collections::hash_map::DefaultHasher::new();
+    let mut hasher = Fingerprint::default();
     type_url.hash(&mut hasher);
     for (key, version) in labels {
         let (name, id) = match key {

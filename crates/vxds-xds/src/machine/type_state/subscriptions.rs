@@ -358,6 +358,15 @@ impl TypeState {
         names: &[String],
         locators: &[(String, ParamSet)],
     ) -> bool {
+        // Nearly every request of a wildcard stream (its ACKs): nothing named, before or now.
+        if self.names.is_empty()
+            && self.globs.is_empty()
+            && self.locators.is_empty()
+            && locators.is_empty()
+            && names.iter().all(|n| n == "*")
+        {
+            return false;
+        }
         let wanted_names: BTreeSet<&str> = names
             .iter()
             .map(String::as_str)
