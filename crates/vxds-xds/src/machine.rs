@@ -700,8 +700,12 @@ impl StreamMachine {
         for response in &responses {
             self.record_sent(response);
         }
-        for ty in self.types.values_mut() {
-            ty.free_emptied();
+        // What emptied is freed by a poll that sends nothing (the one after the client's
+        // answer, usually): one that sends leaves the responses' bookkeeping to answer.
+        if responses.is_empty() {
+            for ty in self.types.values_mut() {
+                ty.free_emptied();
+            }
         }
         responses
     }

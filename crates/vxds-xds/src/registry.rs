@@ -445,7 +445,7 @@ impl Registry {
         &self,
         inbox: &Inbox,
         machine: &mut StreamMachine,
-        revisions: &mut Vec<(u64, u64)>,
+        revisions: &mut impl Extend<(u64, u64)>,
     ) -> Arc<Snapshot> {
         let mut published = self.published.subscribe();
         loop {

@@ -67,6 +67,11 @@ impl TypeState {
     /// Stamps removals that just became due with `seq`, the last response sent so far: they
     /// may go once every response up to it is accepted.
     pub fn stamp_removals(&mut self, seq: u64) {
+        // Removals are among the dirty items: none, none due (nearly every poll).
+        if self.dirty.is_empty() {
+            self.removal_stamps.clear();
+            return;
+        }
         let due: BTreeSet<ItemKey> = self.pending_removals().cloned().collect();
         self.removal_stamps.retain(|k, _| due.contains(k));
         for key in due {
@@ -348,7 +353,7 @@ impl TypeState {
     /// Delta, make phase: additions and updates, and what the client subscribed to but does
     /// not exist. `None` when there is nothing to say.
     pub fn delta_make(&mut self, seq: u64, system_version: &str) -> Option<DeltaResponse> {
-        let upserts: Vec<(ItemKey, Item)> = self
+        let upserts: SmallVec<[(ItemKey, Item); 2]> = self
             .pending_upserts()
             .map(|(k, item)| (k.clone(), item.clone()))
             .collect();
@@ -464,6 +469,10 @@ impl TypeState {
         system_version: &str,
         settled: &Settled,
     ) -> Option<DeltaResponse> {
+        // Removals are among the dirty items: none, nothing to remove (nearly every poll).
+        if self.dirty.is_empty() {
+            return None;
+        }
         let removals: Vec<ItemKey> = self.eligible_removals(settled).cloned().collect();
         let mut response = DeltaResponse::default();
         let carried: Vec<(ItemKey, Option<Item>)> =
