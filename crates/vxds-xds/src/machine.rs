@@ -413,6 +413,19 @@ impl StreamMachine {
         Ok(self.types.get_mut(type_url).expect("just inserted"))
     }
 
+    /// After a request of `type_url`: the limits and the status, for what it changed. An ACK
+    /// changes neither the subscriptions (counted against the limits when they change) nor
+    /// what the client holds (which moves when a response is sent), so it costs neither.
+    fn settle_request(&mut self, type_url: &str, interest_changed: bool) -> Result<(), Status> {
+        if interest_changed {
+            self.check_limits()?;
+        }
+        if interest_changed || self.types.get(type_url).is_some_and(|ty| ty.held_changed()) {
+            self.refresh_status(type_url, interest_changed);
+        }
+        Ok(())
+    }
+
     fn check_limits(&self) -> Result<(), Status> {
         let count: usize = self.types.values().map(|t| t.subscription_count()).sum();
         if count > self.config.max_subscriptions {
@@ -494,8 +507,7 @@ impl StreamMachine {
         ty.release_if_unwatched();
         // Most requests are ACKs: the registry and the status are only touched on a change.
         outcome.interest_changed = changed || first || ty.wildcard() != wildcard_before;
-        self.check_limits()?;
-        self.refresh_status(&type_url, outcome.interest_changed);
+        self.settle_request(&type_url, outcome.interest_changed)?;
         Ok(outcome)
     }
 
@@ -607,8 +619,7 @@ impl StreamMachine {
             || !request.resource_locators_subscribe.is_empty()
             || !request.resource_names_unsubscribe.is_empty()
             || !request.resource_locators_unsubscribe.is_empty();
-        self.check_limits()?;
-        self.refresh_status(&type_url, outcome.interest_changed);
+        self.settle_request(&type_url, outcome.interest_changed)?;
         Ok(outcome)
     }
 

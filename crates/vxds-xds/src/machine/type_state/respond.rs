@@ -144,7 +144,14 @@ impl TypeState {
             }
             None => {
                 self.accept_through(answered.seq);
-                self.accepted_version = Some(version.clone());
+                // Rewritten in place: once per ACK on every stream.
+                match &mut self.accepted_version {
+                    Some(accepted) => {
+                        accepted.clear();
+                        accepted.push_str(&version);
+                    }
+                    None => self.accepted_version = Some(version.clone()),
+                }
                 // A later version accepted: the refusal is behind the client, and the refused
                 // content may be sent again if it comes back. A heartbeat is no later version:
                 // it renews what the client held when it refused.

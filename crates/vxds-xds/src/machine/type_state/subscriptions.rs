@@ -348,6 +348,11 @@ impl TypeState {
         }
     }
 
+    /// Whether what the client holds changed since the status last looked.
+    pub fn held_changed(&self) -> bool {
+        !matches!(&self.held_changes, HeldChanges::Some(changes) if changes.is_empty())
+    }
+
     pub fn take_held_changes(&mut self) -> HeldChanges {
         std::mem::replace(&mut self.held_changes, HeldChanges::Some(Vec::new()))
     }
