@@ -467,9 +467,8 @@ impl StreamMachine {
             // last nonce it *accepted*, so after a NACK a new name arrives this way. (A nonce
             // on a stream that has sent nothing yet is a client reconnecting; it counts.)
             let stale = ty
-                .last_nonce
-                .as_deref()
-                .is_some_and(|last| last != request.response_nonce);
+                .last_seq
+                .is_some_and(|last| type_state::nonce_seq(&request.response_nonce) != Some(last));
             if stale {
                 if ty.answer_superseded(&request.response_nonce, request.error_detail.is_none()) {
                     outcome.superseded_acks.push(type_url.clone());

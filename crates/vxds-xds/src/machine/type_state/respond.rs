@@ -19,7 +19,7 @@ impl TypeState {
     /// (a SotW response answers for those it superseded), and of the earliest refused and not
     /// yet followed by an accepted one. `u64::MAX` when there is none.
     pub fn unsettled_from(&self) -> (u64, u64) {
-        let unanswered = self.outstanding.values().map(|o| o.since).min();
+        let unanswered = self.outstanding.iter().map(|(_, o)| o.since).min();
         let refused = self.refused.map(|r| r.since);
         (unanswered.unwrap_or(u64::MAX), refused.unwrap_or(u64::MAX))
     }
@@ -43,7 +43,7 @@ impl TypeState {
         if !accepted {
             return false;
         }
-        for outstanding in self.outstanding.values_mut() {
+        for (_, outstanding) in self.outstanding.iter_mut() {
             if outstanding.since <= answered && answered < outstanding.seq {
                 outstanding.since = answered + 1;
             }
@@ -121,11 +121,11 @@ impl TypeState {
         error: Option<String>,
         client_version: &str,
     ) -> Option<Ack> {
-        let answered = self.outstanding.remove(&nonce_seq(nonce)?)?;
+        let answered = remove_by_seq(&mut self.outstanding, nonce_seq(nonce)?)?;
         // Clients answer in order (Envoy does): an answer to one response answers every
         // earlier one of the type too, and what is left unanswered was sent after it. Only a
         // response in flight counts: a bogus nonce resets nothing.
-        self.outstanding.retain(|_, o| o.seq > answered.seq);
+        self.outstanding.retain(|(_, o)| o.seq > answered.seq);
         self.unanswered = self.outstanding.len();
         let version = answered.version;
         Some(match error {
@@ -549,7 +549,8 @@ impl TypeState {
         response.system_version_info = system_version.to_owned();
         self.carry(seq, carried);
         self.unanswered += 1;
-        self.outstanding.insert(
+        insert_by_seq(
+            &mut self.outstanding,
             seq,
             Outstanding {
                 version: system_version.to_owned(),
@@ -566,16 +567,16 @@ impl TypeState {
     pub(super) fn sotw_outstanding(&mut self, seq: u64, version: &str) -> String {
         self.unanswered += 1;
         let nonce = seq.to_string();
-        self.last_nonce = Some(nonce.clone());
+        self.last_seq = Some(seq);
         let since = self
             .outstanding
-            .values()
-            .map(|o| o.since)
+            .iter()
+            .map(|(_, o)| o.since)
             .min()
             .unwrap_or(seq)
             .min(seq);
         self.outstanding.clear();
-        self.outstanding.insert(
+        self.outstanding.push((
             seq,
             Outstanding {
                 version: version.to_owned(),
@@ -583,13 +584,14 @@ impl TypeState {
                 since,
                 heartbeat: false,
             },
-        );
+        ));
         nonce
     }
 
     /// Marks response `nonce` as a heartbeat (see [`Outstanding::heartbeat`]).
     pub(super) fn mark_heartbeat(&mut self, nonce: &str) {
-        if let Some(outstanding) = nonce_seq(nonce).and_then(|seq| self.outstanding.get_mut(&seq))
+        let seq = nonce_seq(nonce);
+        if let Some((_, outstanding)) = self.outstanding.iter_mut().find(|(s, _)| Some(*s) == seq)
         {
             outstanding.heartbeat = true;
         }
@@ -605,7 +607,7 @@ impl TypeState {
 
 /// The sequence number a nonce names: a response's nonce is its sequence number in decimal,
 /// so only that spelling names it (not `007`, `+7` or ` 7`).
-pub(super) fn nonce_seq(nonce: &str) -> Option<u64> {
+pub(crate) fn nonce_seq(nonce: &str) -> Option<u64> {
     let digits = nonce.as_bytes();
     let canonical = !digits.is_empty()
         && digits.iter().all(u8::is_ascii_digit)
