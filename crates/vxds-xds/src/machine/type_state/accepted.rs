@@ -83,6 +83,10 @@ impl Accepted {
         {
             let mut retimed = Vec::new();
             for ((key, held), (_, item)) in self.items.iter_mut().zip(state) {
+                // The same variant: nothing to replace (a revision changes one item of many).
+                if held.same(&item) {
+                    continue;
+                }
                 let (before, after) = (held.ttl(), item.ttl());
                 if before != after {
                     retimed.push((key.clone(), before, after));

@@ -216,6 +216,7 @@ impl TypeState {
             while let Some(next) = desired.peek() {
                 if next.same(key) {
                     wanted = true;
+                    desired.next();
                     break;
                 }
                 match (*next).cmp(key) {
@@ -224,6 +225,7 @@ impl TypeState {
                     }
                     std::cmp::Ordering::Equal => {
                         wanted = true;
+                        desired.next();
                         break;
                     }
                     std::cmp::Ordering::Greater => break,
