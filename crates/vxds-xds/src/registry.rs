@@ -705,7 +705,10 @@ mod tests {
         assert_eq!(names(&both), ["c0", "c1"]);
         assert_eq!(names(&named), ["c1"]);
         assert!(names(&other).is_empty());
-        assert_eq!((&both.revisions[..], &named.revisions[..]), (&[2][..], &[2][..]));
+        assert_eq!(
+            (&both.revisions[..], &named.revisions[..]),
+            (&[2][..], &[2][..])
+        );
         assert!(other.revisions.is_empty());
         let c1 = |m: &Marked| {
             m.keys

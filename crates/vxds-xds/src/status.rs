@@ -282,18 +282,25 @@ mod tests {
     #[test]
     fn stamps_read_as_rfc3339() {
         use time::format_description::well_known::Rfc3339;
-        let at = std::time::SystemTime::UNIX_EPOCH + std::time::Duration::new(1_795_000_000, 123_456_789);
+        let at = std::time::SystemTime::UNIX_EPOCH
+            + std::time::Duration::new(1_795_000_000, 123_456_789);
         let stamp = Stamp(Some(at));
         let expected = time::OffsetDateTime::from(at).format(&Rfc3339).unwrap();
         assert_eq!(stamp.rfc3339(), expected);
         assert_eq!(stamp.to_string(), expected);
-        assert_eq!(serde_json::to_value(stamp).unwrap(), serde_json::json!(expected));
+        assert_eq!(
+            serde_json::to_value(stamp).unwrap(),
+            serde_json::json!(expected)
+        );
         assert_eq!(Stamp::default().rfc3339(), "");
         let acked = Acked {
             at: stamp,
             ..Default::default()
         };
-        assert_eq!(serde_json::to_value(&acked).unwrap()["at"], serde_json::json!(expected));
+        assert_eq!(
+            serde_json::to_value(&acked).unwrap()["at"],
+            serde_json::json!(expected)
+        );
         let now = Stamp::now().rfc3339();
         assert!(time::OffsetDateTime::parse(&now, &Rfc3339).is_ok(), "{now}");
     }

@@ -231,10 +231,7 @@ impl TypeState {
                     std::cmp::Ordering::Greater => break,
                 }
             }
-            if wanted
-                || self.removal_eligible(key, settled)
-                || self.desires_name(key.name())
-            {
+            if wanted || self.removal_eligible(key, settled) || self.desires_name(key.name()) {
                 continue;
             }
             kept.push((key.clone(), sent.clone()));
@@ -593,8 +590,7 @@ impl TypeState {
     /// Marks response `nonce` as a heartbeat (see [`Outstanding::heartbeat`]).
     pub(super) fn mark_heartbeat(&mut self, nonce: &str) {
         let seq = nonce_seq(nonce);
-        if let Some((_, outstanding)) = self.outstanding.iter_mut().find(|(s, _)| Some(*s) == seq)
-        {
+        if let Some((_, outstanding)) = self.outstanding.iter_mut().find(|(s, _)| Some(*s) == seq) {
             outstanding.heartbeat = true;
         }
     }
@@ -797,7 +793,16 @@ mod tests {
         assert_eq!(nonce_seq("7"), Some(7));
         assert_eq!(nonce_seq("0"), Some(0));
         assert_eq!(nonce_seq("18446744073709551615"), Some(u64::MAX));
-        for other in ["", "007", "+7", " 7", "7 ", "-1", "x", "18446744073709551616"] {
+        for other in [
+            "",
+            "007",
+            "+7",
+            " 7",
+            "7 ",
+            "-1",
+            "x",
+            "18446744073709551616",
+        ] {
             assert_eq!(nonce_seq(other), None, "{other:?}");
         }
         for seq in [1u64, 9, 10, 12345] {
