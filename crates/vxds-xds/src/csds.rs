@@ -221,7 +221,10 @@ fn generic_configs(ty: &TypeStatus, exclude_contents: bool) -> Vec<GenericXdsCon
                 ..Default::default()
             });
     // When the client last accepted this type (what it runs), not when it was last sent.
-    let last_updated = ty.last_acked.as_ref().and_then(|a| timestamp(&a.at));
+    let last_updated = ty
+        .last_acked
+        .as_ref()
+        .and_then(|a| timestamp(&a.at.rfc3339()));
     // CSDS answers anyone who reaches the xDS port: secret bodies (private keys) never leave
     // through it; their names, versions and status do.
     let redact = exclude_contents || ty.type_url == crate::types::SECRET;

@@ -152,10 +152,10 @@ impl Answer {
         let entry = status.types.iter().find(|t| t.type_url == type_url)?;
         let (version, nonce, message, at) = if nacked {
             let n = entry.last_nacked.as_ref()?;
-            (&n.version, &n.nonce, Some(n.message.clone()), &n.at)
+            (&n.version, &n.nonce, Some(n.message.clone()), n.at.clone())
         } else {
             let a = entry.last_acked.as_ref()?;
-            (&a.version, &a.nonce, None, &a.at)
+            (&a.version, &a.nonce, None, a.at.rfc3339())
         };
         Some(Self {
             stream_id: status.stream_id,
@@ -164,7 +164,7 @@ impl Answer {
             version: version.clone(),
             nonce: nonce.clone(),
             message,
-            at: at.clone(),
+            at,
         })
     }
 }

@@ -27,6 +27,7 @@ mod type_state;
 use std::collections::BTreeMap;
 use std::sync::{Arc, Mutex};
 
+use smallvec::SmallVec;
 use time::OffsetDateTime;
 use time::format_description::well_known::Rfc3339;
 use tonic::Status;
@@ -54,7 +55,7 @@ pub(crate) fn shared_interest(interest: StreamInterest) -> Arc<StreamInterest> {
 use type_state::{Ack, HeldChanges, Settled, TypeState};
 
 use crate::params::{ParamSource, locator_params, node_params_from};
-use crate::status::{Acked, ClientStatus, Nacked, SentVersion, TypeStatus};
+use crate::status::{Acked, ClientStatus, Nacked, SentVersion, Stamp, TypeStatus};
 use crate::types::{self, ServiceSpec, legacy_wildcard, push_rank};
 use crate::wire::{DeltaResponse, SotwResponse};
 
@@ -412,6 +413,19 @@ impl StreamMachine {
         Ok(self.types.get_mut(type_url).expect("just inserted"))
     }
 
+    /// After a request of `type_url`: the limits and the status, for what it changed. An ACK
+    /// changes neither the subscriptions (counted against the limits when they change) nor
+    /// what the client holds (which moves when a response is sent), so it costs neither.
+    fn settle_request(&mut self, type_url: &str, interest_changed: bool) -> Result<(), Status> {
+        if interest_changed {
+            self.check_limits()?;
+        }
+        if interest_changed || self.types.get(type_url).is_some_and(|ty| ty.held_changed()) {
+            self.refresh_status(type_url, interest_changed);
+        }
+        Ok(())
+    }
+
     fn check_limits(&self) -> Result<(), Status> {
         let count: usize = self.types.values().map(|t| t.subscription_count()).sum();
         if count > self.config.max_subscriptions {
@@ -453,9 +467,8 @@ impl StreamMachine {
             // last nonce it *accepted*, so after a NACK a new name arrives this way. (A nonce
             // on a stream that has sent nothing yet is a client reconnecting; it counts.)
             let stale = ty
-                .last_nonce
-                .as_deref()
-                .is_some_and(|last| last != request.response_nonce);
+                .last_seq
+                .is_some_and(|last| type_state::nonce_seq(&request.response_nonce) != Some(last));
             if stale {
                 if ty.answer_superseded(&request.response_nonce, request.error_detail.is_none()) {
                     outcome.superseded_acks.push(type_url.clone());
@@ -493,8 +506,7 @@ impl StreamMachine {
         ty.release_if_unwatched();
         // Most requests are ACKs: the registry and the status are only touched on a change.
         outcome.interest_changed = changed || first || ty.wildcard() != wildcard_before;
-        self.check_limits()?;
-        self.refresh_status(&type_url, outcome.interest_changed);
+        self.settle_request(&type_url, outcome.interest_changed)?;
         Ok(outcome)
     }
 
@@ -606,8 +618,7 @@ impl StreamMachine {
             || !request.resource_locators_subscribe.is_empty()
             || !request.resource_names_unsubscribe.is_empty()
             || !request.resource_locators_unsubscribe.is_empty();
-        self.check_limits()?;
-        self.refresh_status(&type_url, outcome.interest_changed);
+        self.settle_request(&type_url, outcome.interest_changed)?;
         Ok(outcome)
     }
 
@@ -651,18 +662,21 @@ impl StreamMachine {
         for ty in self.types.values_mut() {
             ty.refresh(snapshot);
         }
-        let mut order: Vec<String> = self.types.keys().cloned().collect();
-        order.sort_by_key(|t| (push_rank(t), t.clone()));
+        // The types in push order, as references: no name copied, no allocation for a few.
+        let mut order: SmallVec<[&mut TypeState; 4]> =
+            self.types.values_mut().map(|ty| &mut **ty).collect();
+        order.sort_by(|a, b| {
+            (push_rank(&a.type_url), &a.type_url).cmp(&(push_rank(&b.type_url), &b.type_url))
+        });
         let system_version = snapshot.revision.to_string();
         let mut responses = Vec::new();
 
         // Make: additions and updates, in make-before-break order. A SotW response leaves out
         // the removals already eligible, so that no second response of the type follows.
-        let settled = self.settled();
-        for type_url in &order {
+        let settled = settled_of(order.iter().map(|ty| &**ty));
+        for ty in order.iter_mut() {
             let seq = self.nonce + 1;
             let wrap_all = self.wrap_all;
-            let ty = self.types.get_mut(type_url).expect("listed above");
             let response = match self.protocol {
                 Protocol::Sotw => ty.sotw_make(seq, wrap_all, &settled).map(Response::Sotw),
                 Protocol::Delta => ty.delta_make(seq, &system_version).map(Response::Delta),
@@ -673,15 +687,14 @@ impl StreamMachine {
             }
         }
         let last_sent = self.nonce;
-        for ty in self.types.values_mut() {
+        for ty in order.iter_mut() {
             ty.stamp_removals(last_sent);
         }
         // Break: the removals every earlier response has cleared, in the reverse order.
-        let settled = self.settled();
-        for type_url in order.iter().rev() {
+        let settled = settled_of(order.iter().map(|ty| &**ty));
+        for ty in order.iter_mut().rev() {
             let seq = self.nonce + 1;
             let wrap_all = self.wrap_all;
-            let ty = self.types.get_mut(type_url).expect("listed above");
             let response = match self.protocol {
                 Protocol::Sotw => ty.sotw_break(seq, wrap_all, &settled).map(Response::Sotw),
                 Protocol::Delta => ty
@@ -693,11 +706,16 @@ impl StreamMachine {
                 responses.push(response);
             }
         }
+        drop(order);
         for response in &responses {
             self.record_sent(response);
         }
-        for ty in self.types.values_mut() {
-            ty.free_emptied();
+        // What emptied is freed by a poll that sends nothing (the one after the client's
+        // answer, usually): one that sends leaves the responses' bookkeeping to answer.
+        if responses.is_empty() {
+            for ty in self.types.values_mut() {
+                ty.free_emptied();
+            }
         }
         responses
     }
@@ -774,35 +792,6 @@ impl StreamMachine {
         Ok(())
     }
 
-    /// How far the client's answers reach over every type; while a refusal stands, what its
-    /// accepted configuration names (a refused update holds back only those removals).
-    fn settled(&self) -> Settled {
-        let mut settled = Settled {
-            unanswered_before: u64::MAX,
-            refused_before: u64::MAX,
-            referenced: BTreeMap::new(),
-        };
-        for ty in self.types.values() {
-            let (unanswered, refused) = ty.unsettled_from();
-            settled.unanswered_before = settled.unanswered_before.min(unanswered);
-            settled.refused_before = settled.refused_before.min(refused);
-        }
-        if settled.refused_before != u64::MAX {
-            for ty in self.types.values() {
-                for item in ty.accepted_items() {
-                    for (type_url, name) in &item.variant().references {
-                        settled
-                            .referenced
-                            .entry(*type_url)
-                            .or_default()
-                            .insert(name.clone());
-                    }
-                }
-            }
-        }
-        settled
-    }
-
     fn record_sent(&mut self, response: &Response) {
         let type_url = response.type_url();
         let version = match response {
@@ -817,7 +806,7 @@ impl StreamMachine {
         let sent = entry.last_sent.get_or_insert_with(SentVersion::default);
         overwrite(&mut sent.version, version);
         overwrite(&mut sent.nonce, response.nonce());
-        now_into(&mut sent.at);
+        sent.at = Stamp::now();
         // What the client holds changed; its subscriptions did not.
         if let Some(ty) = self.types.get_mut(type_url) {
             apply_held_changes(ty, entry);
@@ -847,6 +836,35 @@ impl StreamMachine {
     }
 }
 
+/// How far the client's answers reach over `types`; while a refusal stands, what its accepted
+/// configuration names (a refused update holds back only those removals).
+fn settled_of<'a>(types: impl Iterator<Item = &'a TypeState> + Clone) -> Settled {
+    let mut settled = Settled {
+        unanswered_before: u64::MAX,
+        refused_before: u64::MAX,
+        referenced: BTreeMap::new(),
+    };
+    for ty in types.clone() {
+        let (unanswered, refused) = ty.unsettled_from();
+        settled.unanswered_before = settled.unanswered_before.min(unanswered);
+        settled.refused_before = settled.refused_before.min(refused);
+    }
+    if settled.refused_before != u64::MAX {
+        for ty in types {
+            for item in ty.accepted_items() {
+                for (type_url, name) in &item.variant().references {
+                    settled
+                        .referenced
+                        .entry(*type_url)
+                        .or_default()
+                        .insert(name.clone());
+                }
+            }
+        }
+    }
+    settled
+}
+
 /// Mirrors what the client holds of `ty` into its status entry.
 fn apply_held_changes(ty: &mut TypeState, entry: &mut TypeStatus) {
     match ty.take_held_changes() {
@@ -863,19 +881,6 @@ fn apply_held_changes(ty: &mut TypeState, entry: &mut TypeStatus) {
 fn overwrite(to: &mut String, from: &str) {
     to.clear();
     to.push_str(from);
-}
-
-/// [`now`] written into `to`, reusing its allocation.
-fn now_into(to: &mut String) {
-    let mut bytes = std::mem::take(to).into_bytes();
-    bytes.clear();
-    if OffsetDateTime::now_utc()
-        .format_into(&mut bytes, &Rfc3339)
-        .is_err()
-    {
-        bytes.clear();
-    }
-    *to = String::from_utf8(bytes).unwrap_or_default();
 }
 
 /// Secrets are asked for by name: a wildcard or a glob would hand a client every secret it can
@@ -935,7 +940,7 @@ fn record_ack(
             let acked = entry.last_acked.get_or_insert_with(Acked::default);
             acked.version = version;
             overwrite(&mut acked.nonce, nonce);
-            now_into(&mut acked.at);
+            acked.at = Stamp::now();
         }
         Ack::Nacked { version, message } => {
             outcome.nacks.push(type_url.to_owned());

@@ -19,9 +19,11 @@
 pub mod heartbeats;
 
 use std::collections::{BTreeSet, HashMap, HashSet};
+use std::hash::{BuildHasherDefault, Hasher};
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::{Arc, Mutex};
 
+use smallvec::SmallVec;
 use tokio::sync::{Notify, watch};
 use vxds_core::xdstp::XdstpUrn;
 use vxds_envoy::changeset::ResourceKey;
@@ -33,6 +35,34 @@ use crate::status::ClientStatus;
 /// Changed resources looked up per lock of the registry.
 const DISPATCH_CHUNK: usize = 256;
 
+/// Hashes stream ids, sequential numbers, with one multiplication: the dispatcher looks every
+/// stream a revision concerns up by id, and SipHash cost more than the rest of the lookup.
+#[derive(Clone, Copy, Debug, Default)]
+pub(crate) struct IdHasher(u64);
+
+impl Hasher for IdHasher {
+    fn finish(&self) -> u64 {
+        self.0
+    }
+
+    fn write(&mut self, bytes: &[u8]) {
+        for &b in bytes {
+            self.write_u64(u64::from(b));
+        }
+    }
+
+    fn write_u64(&mut self, id: u64) {
+        // An odd multiplier: distinct low bits stay distinct, and the high bits mix.
+        self.0 = (self.0.rotate_left(5) ^ id).wrapping_mul(0x9E37_79B9_7F4A_7C15);
+    }
+}
+
+type Ids = BuildHasherDefault<IdHasher>;
+type IdSet = HashSet<u64, Ids>;
+
+/// A changed resource, shared by every inbox it is marked in (a revision marks thousands).
+pub type ChangedKey = Arc<ResourceKey>;
+
 /// The changes waiting for one stream.
 #[derive(Debug, Default)]
 pub struct Inbox {
@@ -42,7 +72,7 @@ pub struct Inbox {
 
 #[derive(Debug, Default)]
 struct Pending {
-    keys: BTreeSet<ResourceKey>,
+    keys: BTreeSet<ChangedKey>,
     everything: bool,
     /// The latest revision marked, in the index's latest epoch: the stream must compute from
     /// a snapshot at least as new — by `(epoch, revision)`, since a reload after the head went
@@ -61,7 +91,7 @@ struct Pending {
 #[derive(Debug, Default)]
 pub struct Marked {
     /// The changed resources, or `None` for everything.
-    pub keys: Option<BTreeSet<ResourceKey>>,
+    pub keys: Option<BTreeSet<ChangedKey>>,
     pub revision: u64,
     pub epoch: u64,
     /// Each revision marked, oldest first.
@@ -102,7 +132,7 @@ impl Pending {
 impl Inbox {
     fn mark<'a>(
         &self,
-        keys: impl IntoIterator<Item = &'a ResourceKey>,
+        keys: impl IntoIterator<Item = &'a ChangedKey>,
         revision: u64,
         epoch: u64,
     ) -> MarkResult {
@@ -176,13 +206,16 @@ impl Inbox {
     }
 }
 
+/// A stream a revision concerns: its inbox, and the changed resources it is marked with.
+type Target<'a> = (Arc<Inbox>, SmallVec<[&'a ChangedKey; 2]>);
+
 /// The revision being dispatched, for streams whose interest changes meanwhile.
 #[derive(Debug)]
 struct Dispatching {
     revision: u64,
     epoch: u64,
     /// `None`: everything changed.
-    changed: Option<Arc<BTreeSet<ResourceKey>>>,
+    changed: Option<Arc<[ChangedKey]>>,
 }
 
 #[derive(Debug)]
@@ -196,10 +229,10 @@ struct Entry {
 #[derive(Debug, Default)]
 struct Indexes {
     dispatching: Option<Dispatching>,
-    streams: HashMap<u64, Entry>,
-    by_name: HashMap<(String, String), HashSet<u64>>,
-    wildcard: HashMap<String, HashSet<u64>>,
-    by_collection: HashMap<(String, String), HashSet<u64>>,
+    streams: HashMap<u64, Entry, Ids>,
+    by_name: HashMap<(String, String), IdSet>,
+    wildcard: HashMap<String, IdSet>,
+    by_collection: HashMap<(String, String), IdSet>,
 }
 
 impl Indexes {
@@ -245,7 +278,7 @@ impl Indexes {
     }
 }
 
-fn remove<K: std::hash::Hash + Eq>(map: &mut HashMap<K, HashSet<u64>>, key: &K, id: u64) {
+fn remove<K: std::hash::Hash + Eq>(map: &mut HashMap<K, IdSet>, key: &K, id: u64) {
     if let Some(set) = map.get_mut(key) {
         set.remove(&id);
         if set.is_empty() {
@@ -373,12 +406,17 @@ impl Registry {
     /// Counts a mark into the rollout records: before the revision's publication, so before
     /// the stream can decide.
     fn rollout_marked(&self, result: MarkResult, revision: u64) {
-        if result.added {
-            self.rollouts.marked(revision);
-        }
+        let added = self.rollout_evicted(result);
+        self.rollouts.marked_by(revision, added);
+    }
+
+    /// Counts the revision a mark gave up; whether the mark was new to its inbox (1), for
+    /// the caller to count, once for every stream a dispatch marks.
+    fn rollout_evicted(&self, result: MarkResult) -> u64 {
         if let Some(evicted) = result.evicted {
             self.rollouts.undecided_gone(&[evicted]);
         }
+        u64::from(result.added)
     }
 
     /// The latest published snapshot.
@@ -407,7 +445,7 @@ impl Registry {
         &self,
         inbox: &Inbox,
         machine: &mut StreamMachine,
-        revisions: &mut Vec<(u64, u64)>,
+        revisions: &mut impl Extend<(u64, u64)>,
     ) -> Arc<Snapshot> {
         let mut published = self.published.subscribe();
         loop {
@@ -422,7 +460,7 @@ impl Registry {
                     .map(|&r| (marked.revisions_epoch, r)),
             );
             match &marked.keys {
-                Some(keys) => machine.on_changes(keys),
+                Some(keys) => machine.on_changes(keys.iter().map(|k| &**k)),
                 None => machine.on_everything_changed(),
             }
             if (marked.epoch, marked.revision) <= (snapshot.epoch, snapshot.revision) {
@@ -450,7 +488,9 @@ impl Registry {
             revision,
             snapshot.committed_at_ms(),
         );
-        let changed = changed.map(Arc::new);
+        // Shared by every inbox marked: a stream's costs an `Arc`, not two strings.
+        let changed: Option<Arc<[ChangedKey]>> =
+            changed.map(|c| c.into_iter().map(Arc::new).collect());
         if let Ok(mut indexes) = self.indexes.lock() {
             indexes.dispatching = Some(Dispatching {
                 revision,
@@ -461,18 +501,22 @@ impl Registry {
         match &changed {
             Some(changed) => {
                 let targets = self.targets(changed);
+                let mut added = 0;
                 for (inbox, keys) in targets.into_values() {
-                    self.rollout_marked(inbox.mark(keys, revision, epoch), revision);
+                    added += self.rollout_evicted(inbox.mark(keys, revision, epoch));
                 }
+                self.rollouts.marked_by(revision, added);
             }
             None => {
                 let inboxes: Vec<Arc<Inbox>> = match self.indexes.lock() {
                     Ok(indexes) => indexes.streams.values().map(|e| e.inbox.clone()).collect(),
                     Err(_) => Vec::new(),
                 };
+                let mut added = 0;
                 for inbox in &inboxes {
-                    self.rollout_marked(inbox.mark_everything(revision, epoch), revision);
+                    added += self.rollout_evicted(inbox.mark_everything(revision, epoch));
                 }
+                self.rollouts.marked_by(revision, added);
             }
         }
         if let Ok(mut indexes) = self.indexes.lock() {
@@ -482,44 +526,48 @@ impl Registry {
         self.rollouts.published(revision);
     }
 
-    /// The streams each changed resource concerns, looked up a chunk at a time.
-    fn targets<'a>(
-        &self,
-        changed: &'a BTreeSet<ResourceKey>,
-    ) -> HashMap<u64, (Arc<Inbox>, Vec<&'a ResourceKey>)> {
-        let mut targets: HashMap<u64, (Arc<Inbox>, Vec<&ResourceKey>)> = HashMap::new();
-        let keys: Vec<&ResourceKey> = changed.iter().collect();
-        for chunk in keys.chunks(DISPATCH_CHUNK) {
+    /// The streams each changed resource concerns, looked up a chunk at a time. A stream's
+    /// keys are held inline up to two (most revisions change one resource a stream sees).
+    fn targets<'a>(&self, changed: &'a [ChangedKey]) -> HashMap<u64, Target<'a>, Ids> {
+        let mut targets: HashMap<u64, Target<'a>, Ids> = HashMap::default();
+        for chunk in changed.chunks(DISPATCH_CHUNK) {
             let Ok(indexes) = self.indexes.lock() else {
                 return targets;
             };
             for key in chunk {
-                let mut streams: HashSet<u64> = HashSet::new();
-                if let Some(ids) = indexes
+                let by_name = indexes
                     .by_name
-                    .get(&(key.type_url.clone(), key.name.clone()))
-                {
-                    streams.extend(ids);
-                }
-                if let Some(ids) = indexes.wildcard.get(&key.type_url) {
-                    streams.extend(ids);
-                }
-                if !indexes.by_collection.is_empty()
-                    && let Some(collection) =
-                        XdstpUrn::parse(&key.name).ok().and_then(|u| u.collection())
-                    && let Some(ids) = indexes
-                        .by_collection
-                        .get(&(key.type_url.clone(), collection.to_string()))
-                {
-                    streams.extend(ids);
-                }
-                for id in streams {
-                    if let Some(entry) = indexes.streams.get(&id) {
-                        targets
-                            .entry(id)
-                            .or_insert_with(|| (entry.inbox.clone(), Vec::new()))
-                            .1
-                            .push(key);
+                    .get(&(key.type_url.clone(), key.name.clone()));
+                let wildcard = indexes.wildcard.get(&key.type_url);
+                let by_collection = if indexes.by_collection.is_empty() {
+                    None
+                } else {
+                    XdstpUrn::parse(&key.name)
+                        .ok()
+                        .and_then(|u| u.collection())
+                        .and_then(|collection| {
+                            indexes
+                                .by_collection
+                                .get(&(key.type_url.clone(), collection.to_string()))
+                        })
+                };
+                for ids in [by_name, wildcard, by_collection].into_iter().flatten() {
+                    if targets.is_empty() {
+                        targets.reserve(ids.len());
+                    }
+                    for id in ids {
+                        let Some(entry) = indexes.streams.get(id) else {
+                            continue;
+                        };
+                        let keys = &mut targets
+                            .entry(*id)
+                            .or_insert_with(|| (entry.inbox.clone(), SmallVec::new()))
+                            .1;
+                        // A stream found twice for one key (by name and by wildcard) gets
+                        // it once; keys come in order, so a repeat is the last one pushed.
+                        if !keys.last().is_some_and(|last| Arc::ptr_eq(last, key)) {
+                            keys.push(key);
+                        }
                     }
                 }
             }
@@ -597,5 +645,96 @@ pub async fn dispatch_changes(index: Index, registry: Arc<Registry>) {
         if snapshots.changed().await.is_err() {
             return;
         }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    const CDS: &str = "type.googleapis.com/envoy.config.cluster.v3.Cluster";
+    const LDS: &str = "type.googleapis.com/envoy.config.listener.v3.Listener";
+
+    fn snapshot(revision: u64) -> Arc<Snapshot> {
+        let mut snapshot = Snapshot::default();
+        snapshot.revision = revision;
+        Arc::new(snapshot)
+    }
+
+    fn interest(type_url: &str, names: &[&str], wildcard: bool) -> StreamInterest {
+        let mut interest = StreamInterest::new();
+        interest.insert(
+            type_url.to_owned(),
+            crate::machine::Interest {
+                names: names.iter().map(|n| Arc::from(*n)).collect(),
+                wildcard,
+                collections: BTreeSet::new(),
+            },
+        );
+        interest
+    }
+
+    fn key(type_url: &str, name: &str) -> ResourceKey {
+        ResourceKey {
+            type_url: type_url.to_owned(),
+            name: name.to_owned(),
+        }
+    }
+
+    fn names(marked: &Marked) -> Vec<&str> {
+        let keys = marked.keys.as_ref().expect("keys, not everything");
+        keys.iter().map(|k| k.name.as_str()).collect()
+    }
+
+    /// A revision marks every stream it concerns once, with the changed keys it subscribes
+    /// to (once each, however many of its subscriptions name them), shared between the
+    /// inboxes; the rollout record counts each marked stream once.
+    #[test]
+    fn a_dispatch_marks_each_stream_once_with_shared_keys() {
+        let registry = Arc::new(Registry::new(snapshot(1)));
+        let both = registry.register(1, Arc::default());
+        let named = registry.register(2, Arc::default());
+        let other = registry.register(3, Arc::default());
+        registry.set_interest(1, interest(CDS, &["c0"], true));
+        registry.set_interest(2, interest(CDS, &["c1"], false));
+        registry.set_interest(3, interest(LDS, &[], true));
+        let changed: BTreeSet<ResourceKey> = [key(CDS, "c0"), key(CDS, "c1")].into();
+        registry.dispatch(snapshot(2), Some(changed));
+
+        let (both, named, other) = (both.inbox.take(), named.inbox.take(), other.inbox.take());
+        assert_eq!(names(&both), ["c0", "c1"]);
+        assert_eq!(names(&named), ["c1"]);
+        assert!(names(&other).is_empty());
+        assert_eq!(
+            (&both.revisions[..], &named.revisions[..]),
+            (&[2][..], &[2][..])
+        );
+        assert!(other.revisions.is_empty());
+        let c1 = |m: &Marked| {
+            m.keys
+                .as_ref()
+                .and_then(|k| k.iter().find(|k| k.name == "c1").cloned())
+                .expect("c1")
+        };
+        assert!(Arc::ptr_eq(&c1(&both), &c1(&named)));
+        match registry.rollouts.get(2) {
+            crate::rollout::Known::Record(record) => assert_eq!(record.undecided, 2),
+            known => panic!("{known:?}"),
+        }
+    }
+
+    /// Stream ids are sequential: their hashes differ, in the low bits too (a table's
+    /// buckets), and in the high bits (its tags).
+    #[test]
+    fn stream_ids_hash_apart() {
+        let hash = |id: u64| {
+            let mut hasher = IdHasher::default();
+            hasher.write_u64(id);
+            hasher.finish()
+        };
+        let low: HashSet<u64> = (0..4096).map(|id| hash(id) & 4095).collect();
+        assert_eq!(low.len(), 4096);
+        let high: HashSet<u64> = (0..4096).map(|id| hash(id) >> 57).collect();
+        assert_eq!(high.len(), 128);
     }
 }

@@ -218,6 +218,13 @@ impl Rollouts {
         self.update(revision, |r| r.undecided += 1);
     }
 
+    /// `count` streams were told of `revision` (one dispatch): one update of the records.
+    pub fn marked_by(&self, revision: u64, count: u64) {
+        if count > 0 {
+            self.update(revision, |r| r.undecided += count);
+        }
+    }
+
     fn decided(&self, revision: u64, concerned: bool) {
         self.update(revision, |r| {
             r.undecided = r.undecided.saturating_sub(1);

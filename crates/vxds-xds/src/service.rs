@@ -453,6 +453,9 @@ fn publish_answers(events: &ClientEvents, machine: &StreamMachine, outcome: &Req
     }
 }
 
+/// The revisions a computation was told of, `(epoch, revision)`: usually one, held inline.
+type Marked = smallvec::SmallVec<[(u64, u64); 2]>;
+
 /// A refusal, held until the computation that follows it: `(type, nonce, node, error text)`.
 type Refusal = (String, Option<u64>, String, String);
 
@@ -688,7 +691,7 @@ async fn run_stream<Req, Resp>(
                             shared.registry.set_interest(id, machine.interest());
                         }
                         // What the inbox holds first: one revision for every type.
-                        let mut marked = Vec::new();
+                        let mut marked = Marked::new();
                         let snapshot = shared.registry.catch_up_marked(&registration.inbox, &mut machine, &mut marked).await;
                         let responses = machine.poll(&snapshot);
                         record_computed(&mut rollout, &machine, (snapshot.epoch, snapshot.revision), &marked, &responses);
@@ -718,7 +721,7 @@ async fn run_stream<Req, Resp>(
             },
             () = &mut marked_wait => {
                 marked_wait.set(registration.inbox.wait());
-                let mut marked = Vec::new();
+                let mut marked = Marked::new();
                 let snapshot = shared.registry.catch_up_marked(&registration.inbox, &mut machine, &mut marked).await;
                 let responses = machine.poll(&snapshot);
                 record_computed(&mut rollout, &machine, (snapshot.epoch, snapshot.revision), &marked, &responses);

@@ -147,7 +147,8 @@ impl Serialize for HeldResources {
 pub struct SentVersion {
     pub version: String,
     pub nonce: String,
-    pub at: String,
+    #[cfg_attr(feature = "openapi", schema(value_type = String))]
+    pub at: Stamp,
 }
 
 #[derive(Clone, Debug, Default, Serialize)]
@@ -155,7 +156,43 @@ pub struct SentVersion {
 pub struct Acked {
     pub version: String,
     pub nonce: String,
-    pub at: String,
+    #[cfg_attr(feature = "openapi", schema(value_type = String))]
+    pub at: Stamp,
+}
+
+/// A moment, as RFC 3339 text when read (empty when unset). Every stream stamps every response
+/// and every ACK: the clock is read then, and formatted only by whoever reads the status.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub struct Stamp(Option<std::time::SystemTime>);
+
+impl Stamp {
+    /// Now.
+    pub fn now() -> Self {
+        Self(Some(std::time::SystemTime::now()))
+    }
+
+    /// As `OffsetDateTime::now_utc().format(&Rfc3339)` would have written it then.
+    pub fn rfc3339(&self) -> String {
+        self.0
+            .and_then(|t| {
+                time::OffsetDateTime::from(t)
+                    .format(&time::format_description::well_known::Rfc3339)
+                    .ok()
+            })
+            .unwrap_or_default()
+    }
+}
+
+impl std::fmt::Display for Stamp {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.write_str(&self.rfc3339())
+    }
+}
+
+impl Serialize for Stamp {
+    fn serialize<S: serde::Serializer>(&self, serializer: S) -> Result<S::Ok, S::Error> {
+        serializer.serialize_str(&self.rfc3339())
+    }
 }
 
 #[derive(Clone, Debug, Default, Serialize)]
@@ -235,4 +272,36 @@ pub(crate) fn shared_summary(groups: Vec<SubscriptionGroup>) -> Arc<[Subscriptio
 /// The shared copy of where a stream's parameters came from (`crate::intern`).
 pub(crate) fn shared_param_sources(sources: ParamSources) -> Arc<ParamSources> {
     small(&SOURCES, sources.len(), sources)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// A stamp reads as the RFC 3339 text the status used to keep, and as nothing when unset.
+    #[test]
+    fn stamps_read_as_rfc3339() {
+        use time::format_description::well_known::Rfc3339;
+        let at = std::time::SystemTime::UNIX_EPOCH
+            + std::time::Duration::new(1_795_000_000, 123_456_789);
+        let stamp = Stamp(Some(at));
+        let expected = time::OffsetDateTime::from(at).format(&Rfc3339).unwrap();
+        assert_eq!(stamp.rfc3339(), expected);
+        assert_eq!(stamp.to_string(), expected);
+        assert_eq!(
+            serde_json::to_value(stamp).unwrap(),
+            serde_json::json!(expected)
+        );
+        assert_eq!(Stamp::default().rfc3339(), "");
+        let acked = Acked {
+            at: stamp,
+            ..Default::default()
+        };
+        assert_eq!(
+            serde_json::to_value(&acked).unwrap()["at"],
+            serde_json::json!(expected)
+        );
+        let now = Stamp::now().rfc3339();
+        assert!(time::OffsetDateTime::parse(&now, &Rfc3339).is_ok(), "{now}");
+    }
 }

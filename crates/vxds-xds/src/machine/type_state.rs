@@ -21,6 +21,7 @@ mod respond;
 mod subscriptions;
 
 use desired::glob_scan_prefix;
+pub(crate) use respond::nonce_seq;
 
 use std::collections::{BTreeMap, BTreeSet};
 use std::sync::Arc;
@@ -181,13 +182,14 @@ pub(crate) struct TypeState {
     /// How `sent` changed since the stream's status last looked.
     held_changes: HeldChanges,
 
-    /// SotW: the last response's nonce and version; the version the client refused (until it
-    /// accepts another).
-    pub last_nonce: Option<String>,
+    /// SotW: the last response's sequence number (its nonce) and version; the version the
+    /// client refused (until it accepts another).
+    pub last_seq: Option<u64>,
     last_version: Option<String>,
     nacked_version: Option<String>,
-    /// Responses not yet acknowledged (or refused), by nonce.
-    outstanding: BTreeMap<String, Outstanding>,
+    /// Responses not yet acknowledged (or refused), by sequence number (their nonce's
+    /// value: a nonce is its sequence number in decimal).
+    outstanding: BySeq<Outstanding>,
     /// The latest refusal, until a later response is accepted.
     refused: Option<Refused>,
     /// Names reported at connect (`initial_resource_versions`) not yet matched to what the
@@ -206,7 +208,7 @@ pub(crate) struct TypeState {
     accepted_version: Option<String>,
     /// The changes each unanswered response carried, by sequence number (Delta: its changes;
     /// SotW: its whole state), applied to `accepted` when it is acknowledged.
-    unacked: BTreeMap<u64, accepted::Carried>,
+    unacked: BySeq<accepted::Carried>,
     /// Responses sent after the last one of this type the client answered (a nonce never
     /// sent, or already answered, resets nothing).
     pub unanswered: usize,
@@ -215,6 +217,27 @@ pub(crate) struct TypeState {
     /// TTL'd items just accepted with their bodies (their TTL restarted then): renewed as of
     /// the next heartbeat round, which sends them nothing yet.
     fresh: BTreeSet<ItemKey>,
+}
+
+/// Entries by sequence number, ascending: the responses in flight and what they carried.
+/// Usually one, between a response and its ACK, or none: held inline, so that a response
+/// and its answer allocate and free no B-tree node on every stream for every revision.
+/// Sequence numbers only grow, so an entry is nearly always pushed last.
+pub(crate) type BySeq<T> = SmallVec<[(u64, T); 1]>;
+
+/// Records `value` under `seq`, replacing what was there (`BTreeMap::insert`).
+pub(crate) fn insert_by_seq<T>(entries: &mut BySeq<T>, seq: u64, value: T) {
+    let at = entries.partition_point(|(s, _)| *s < seq);
+    match entries.get_mut(at) {
+        Some((s, held)) if *s == seq => *held = value,
+        _ => entries.insert(at, (seq, value)),
+    }
+}
+
+/// Takes the entry under `seq` out.
+pub(crate) fn remove_by_seq<T>(entries: &mut BySeq<T>, seq: u64) -> Option<T> {
+    let at = entries.binary_search_by_key(&seq, |(s, _)| *s).ok()?;
+    Some(entries.remove(at).1)
 }
 
 /// How far the client's answers reach, for the removal-eligibility rule.
@@ -285,17 +308,17 @@ impl TypeState {
             sent: BTreeMap::new(),
             reported_missing: BTreeSet::new(),
             held_changes: HeldChanges::All,
-            last_nonce: None,
+            last_seq: None,
             last_version: None,
             nacked_version: None,
-            outstanding: BTreeMap::new(),
+            outstanding: BySeq::new(),
             refused: None,
             reported_names: BTreeSet::new(),
             removal_stamps: BTreeMap::new(),
             removals_due_now: false,
             accepted: accepted::Accepted::default(),
             accepted_version: None,
-            unacked: BTreeMap::new(),
+            unacked: BySeq::new(),
             unanswered: 0,
             renewed: BTreeMap::new(),
             fresh: BTreeSet::new(),
@@ -326,7 +349,8 @@ impl TypeState {
     }
 
     /// Frees the bookkeeping that emptied: an emptied B-tree keeps its first node (up to
-    /// 700 bytes), and an idle stream would keep several, all empty. Called once per poll.
+    /// 700 bytes), and an idle stream would keep several, all empty. Called by every poll
+    /// that sends nothing (each drop costs, even of a map that holds no node).
     pub fn free_emptied(&mut self) {
         fn map<K, V>(map: &mut BTreeMap<K, V>) {
             if map.is_empty() {
@@ -338,8 +362,13 @@ impl TypeState {
                 *set = BTreeSet::new();
             }
         }
-        map(&mut self.outstanding);
-        map(&mut self.unacked);
+        fn by_seq<T>(entries: &mut BySeq<T>) {
+            if entries.is_empty() && entries.spilled() {
+                *entries = BySeq::new();
+            }
+        }
+        by_seq(&mut self.outstanding);
+        by_seq(&mut self.unacked);
         map(&mut self.renewed);
         set(&mut self.fresh);
         map(&mut self.removal_stamps);
@@ -350,5 +379,31 @@ impl TypeState {
         set(&mut self.reported_missing);
         set(&mut self.reported_names);
         set(&mut self.stale_normals);
+    }
+}
+
+#[cfg(test)]
+mod by_seq_tests {
+    use super::*;
+
+    /// The in-flight lists behave as maps by sequence number, kept in order.
+    #[test]
+    fn entries_by_sequence_number_behave_as_a_map() {
+        let mut entries: BySeq<&str> = BySeq::new();
+        insert_by_seq(&mut entries, 5, "five");
+        insert_by_seq(&mut entries, 9, "nine");
+        insert_by_seq(&mut entries, 7, "seven");
+        insert_by_seq(&mut entries, 9, "nine again");
+        assert_eq!(&entries[..], [(5, "five"), (7, "seven"), (9, "nine again")]);
+        assert_eq!(remove_by_seq(&mut entries, 7), Some("seven"));
+        assert_eq!(remove_by_seq(&mut entries, 7), None);
+        assert_eq!(remove_by_seq(&mut entries, 6), None);
+        assert_eq!(&entries[..], [(5, "five"), (9, "nine again")]);
+        // One entry stays inline: a response and its answer allocate nothing.
+        let mut one: BySeq<&str> = BySeq::new();
+        insert_by_seq(&mut one, 1, "one");
+        assert!(!one.spilled());
+        assert_eq!(remove_by_seq(&mut one, 1), Some("one"));
+        assert!(one.is_empty() && !one.spilled());
     }
 }

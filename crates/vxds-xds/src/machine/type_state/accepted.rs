@@ -83,6 +83,10 @@ impl Accepted {
         {
             let mut retimed = Vec::new();
             for ((key, held), (_, item)) in self.items.iter_mut().zip(state) {
+                // The same variant: nothing to replace (a revision changes one item of many).
+                if held.same(&item) {
+                    continue;
+                }
                 let (before, after) = (held.ttl(), item.ttl());
                 if before != after {
                     retimed.push((key.clone(), before, after));
@@ -153,7 +157,7 @@ impl TypeState {
         match carried {
             Carried::Changes(changes) if changes.is_empty() => {}
             carried => {
-                self.unacked.insert(seq, carried);
+                insert_by_seq(&mut self.unacked, seq, carried);
             }
         }
     }
@@ -161,11 +165,10 @@ impl TypeState {
     /// The client accepted response `seq`: it holds what it carried, and what every earlier
     /// unanswered response carried (clients answer in order; a SotW response supersedes).
     pub(super) fn accept_through(&mut self, seq: u64) {
-        // Taken from the front, one at a time: usually the only one (a split would allocate).
-        while let Some(first) = self.unacked.first_entry()
-            && *first.key() <= seq
-        {
-            let carried = first.remove();
+        // Taken from the front: usually the only one, held inline.
+        let through = self.unacked.partition_point(|(s, _)| *s <= seq);
+        let taken: BySeq<Carried> = self.unacked.drain(..through).collect();
+        for (_, carried) in taken {
             match carried {
                 Carried::Changes(changes) => {
                     for (key, item) in changes {
@@ -195,14 +198,15 @@ impl TypeState {
     /// The client refused response `seq`: it keeps what it had accepted. A SotW response
     /// answers for those it superseded: they will not be answered any more.
     pub(super) fn refuse(&mut self, seq: u64) {
-        match self.unacked.remove(&seq) {
-            Some(Carried::State(..)) => self.unacked = self.unacked.split_off(&seq),
+        match remove_by_seq(&mut self.unacked, seq) {
+            Some(Carried::State(..)) => self.unacked.retain(|(s, _)| *s > seq),
             // Delta: clients answer in order, so an earlier response left unanswered was
             // taken without a word.
             _ if seq > 0
                 && self
                     .unacked
-                    .range(..seq)
+                    .iter()
+                    .take_while(|(s, _)| *s < seq)
                     .all(|(_, c)| matches!(c, Carried::Changes(_))) =>
             {
                 self.accept_through(seq - 1)
@@ -215,13 +219,16 @@ impl TypeState {
     /// nonce). An ACK means it holds that response's state, at its version; a NACK, that it
     /// kept what it had. Whether `seq` was a response still unanswered.
     pub(super) fn answer_superseded_state(&mut self, seq: u64, accepted: bool) -> bool {
-        if !matches!(self.unacked.get(&seq), Some(Carried::State(..))) {
+        if !matches!(
+            self.unacked.iter().find(|(s, _)| *s == seq),
+            Some((_, Carried::State(..)))
+        ) {
             return false;
         }
         if accepted {
             self.accept_through(seq);
         } else {
-            self.unacked.remove(&seq);
+            remove_by_seq(&mut self.unacked, seq);
         }
         true
     }
@@ -230,8 +237,8 @@ impl TypeState {
     /// the change and not match what the client then holds.
     pub(super) fn in_flight(&self) -> BTreeSet<&ItemKey> {
         self.unacked
-            .values()
-            .flat_map(|carried| match carried {
+            .iter()
+            .flat_map(|(_, carried)| match carried {
                 Carried::Changes(changes) => changes.iter().map(|(k, _)| k).collect::<Vec<_>>(),
                 Carried::State(state, _) => state.iter().map(|(k, _)| k).collect(),
             })

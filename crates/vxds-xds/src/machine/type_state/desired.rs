@@ -58,29 +58,39 @@ impl TypeState {
             .as_ref()
             .map_or(self.type_url.as_str(), |l| l.collection_type_url.as_str());
         let resource = snapshot.get(stored_type, normal).cloned();
-        let mut previous = self.by_normal.remove(normal).unwrap_or_default();
+        // Held inline: a refresh usually finds one item before and one after.
+        let mut previous: SmallVec<[ItemKey; 2]> = self
+            .by_normal
+            .remove(normal)
+            .map(SmallVec::from_vec)
+            .unwrap_or_default();
         // The index's shared name serves as the lookup key, if the resource still exists.
         let shared = resource
             .as_ref()
             .map(|r| r.name.clone())
             .unwrap_or_else(|| Arc::from(normal));
         // The variants held under the normal name itself (locators spelled in normal form,
-        // globs by locator) are found by range: they need no `by_normal` entry.
-        let first = ItemKey::Variant(shared.clone(), ConstraintsId::MIN);
-        let last = ItemKey::Variant(shared.clone(), ConstraintsId::MAX);
-        previous.extend(self.desired.range(first..=last).map(|(k, _)| k.clone()));
-        previous.push(ItemKey::Name(shared));
-        for key in previous {
-            // The stored key, not the lookup's: keys stay shared.
-            if let Some((key, _)) = self.desired.remove_entry(&key) {
-                self.dirty.insert(key);
-            }
+        // globs by locator) are found by range: they need no `by_normal` entry. Variants sort
+        // after names: with none last, there is none.
+        if matches!(
+            self.desired.last_key_value(),
+            Some((ItemKey::Variant(..), _))
+        ) {
+            let first = ItemKey::Variant(shared.clone(), ConstraintsId::MIN);
+            let last = ItemKey::Variant(shared.clone(), ConstraintsId::MAX);
+            previous.extend(self.desired.range(first..=last).map(|(k, _)| k.clone()));
         }
+        previous.push(ItemKey::Name(shared));
+        // What the resource had in the desired state stays there until its items are found
+        // again: one found under the same key is replaced in place (nearly every refresh: a
+        // new version of what was there), the rest is removed below. The same outcome as
+        // removing them all first, without a removal and an insertion per item.
+        previous.retain(|key| self.desired.contains_key(key));
         for members in self.glob_members.values_mut() {
             members.remove(normal);
         }
-        let mut found: Vec<(ItemKey, Item)> = Vec::new();
-        let mut missing: Vec<Missing> = Vec::new();
+        let mut found: SmallVec<[(ItemKey, Item); 2]> = SmallVec::new();
+        let mut missing: SmallVec<[Missing; 1]> = SmallVec::new();
         let inline = self.inline_lists;
         // An entry (`#entry=`) is a member: it exists on the member type's stream only, whose
         // `Any` it is; on the collection type's stream it would be the wrong type.
@@ -169,6 +179,21 @@ impl TypeState {
         // One item per key: a name subscription wins over the wildcard and globs it overlaps.
         let mut others: Vec<ItemKey> = Vec::new();
         for (key, item) in found {
+            if let Some(at) = previous.iter().position(|p| *p == key) {
+                previous.swap_remove(at);
+                if let std::collections::btree_map::Entry::Occupied(mut held) =
+                    self.desired.entry(key)
+                {
+                    // The stored key, not the lookup's: keys stay shared.
+                    let key = held.key().clone();
+                    held.insert(item);
+                    if **key.name() != *normal {
+                        others.push(key.clone());
+                    }
+                    self.dirty.insert(key);
+                }
+                continue;
+            }
             if self.desired.contains_key(&key) {
                 continue;
             }
@@ -177,6 +202,12 @@ impl TypeState {
             }
             self.dirty.insert(key.clone());
             self.desired.insert(key, item);
+        }
+        for key in previous {
+            // The stored key, not the lookup's: keys stay shared.
+            if let Some((key, _)) = self.desired.remove_entry(&key) {
+                self.dirty.insert(key);
+            }
         }
         if !others.is_empty() {
             self.by_normal.insert(normal.to_owned(), others);

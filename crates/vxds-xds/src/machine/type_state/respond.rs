@@ -19,7 +19,7 @@ impl TypeState {
     /// (a SotW response answers for those it superseded), and of the earliest refused and not
     /// yet followed by an accepted one. `u64::MAX` when there is none.
     pub fn unsettled_from(&self) -> (u64, u64) {
-        let unanswered = self.outstanding.values().map(|o| o.since).min();
+        let unanswered = self.outstanding.iter().map(|(_, o)| o.since).min();
         let refused = self.refused.map(|r| r.since);
         (unanswered.unwrap_or(u64::MAX), refused.unwrap_or(u64::MAX))
     }
@@ -43,7 +43,7 @@ impl TypeState {
         if !accepted {
             return false;
         }
-        for outstanding in self.outstanding.values_mut() {
+        for (_, outstanding) in self.outstanding.iter_mut() {
             if outstanding.since <= answered && answered < outstanding.seq {
                 outstanding.since = answered + 1;
             }
@@ -67,6 +67,11 @@ impl TypeState {
     /// Stamps removals that just became due with `seq`, the last response sent so far: they
     /// may go once every response up to it is accepted.
     pub fn stamp_removals(&mut self, seq: u64) {
+        // Removals are among the dirty items: none, none due (nearly every poll).
+        if self.dirty.is_empty() {
+            self.removal_stamps.clear();
+            return;
+        }
         let due: BTreeSet<ItemKey> = self.pending_removals().cloned().collect();
         self.removal_stamps.retain(|k, _| due.contains(k));
         for key in due {
@@ -116,11 +121,11 @@ impl TypeState {
         error: Option<String>,
         client_version: &str,
     ) -> Option<Ack> {
-        let answered = self.outstanding.remove(nonce)?;
+        let answered = remove_by_seq(&mut self.outstanding, nonce_seq(nonce)?)?;
         // Clients answer in order (Envoy does): an answer to one response answers every
         // earlier one of the type too, and what is left unanswered was sent after it. Only a
         // response in flight counts: a bogus nonce resets nothing.
-        self.outstanding.retain(|_, o| o.seq > answered.seq);
+        self.outstanding.retain(|(_, o)| o.seq > answered.seq);
         self.unanswered = self.outstanding.len();
         let version = answered.version;
         Some(match error {
@@ -139,7 +144,14 @@ impl TypeState {
             }
             None => {
                 self.accept_through(answered.seq);
-                self.accepted_version = Some(version.clone());
+                // Rewritten in place: once per ACK on every stream.
+                match &mut self.accepted_version {
+                    Some(accepted) => {
+                        accepted.clear();
+                        accepted.push_str(&version);
+                    }
+                    None => self.accepted_version = Some(version.clone()),
+                }
                 // A later version accepted: the refusal is behind the client, and the refused
                 // content may be sent again if it comes back. A heartbeat is no later version:
                 // it renews what the client held when it refused.
@@ -195,13 +207,36 @@ impl TypeState {
     /// eligible. A resource whose name the new state carries anyway (another variant of it)
     /// is replaced, not kept: SotW clients key by name, and a name twice is refused.
     fn sotw_kept(&self, settled: &Settled) -> Vec<(ItemKey, Sent)> {
-        self.sent
-            .iter()
-            .filter(|(k, _)| !self.desired.contains_key(*k))
-            .filter(|(k, _)| !self.removal_eligible(k, settled))
-            .filter(|(k, _)| !self.desires_name(k.name()))
-            .map(|(k, s)| (k.clone(), s.clone()))
-            .collect()
+        // What was sent and is not desired: both in key order, walked in step (the same key
+        // is nearly always the same `Arc` on both sides) rather than searched for per item.
+        let mut desired = self.desired.keys().peekable();
+        let mut kept = Vec::new();
+        for (key, sent) in &self.sent {
+            let mut wanted = false;
+            while let Some(next) = desired.peek() {
+                if next.same(key) {
+                    wanted = true;
+                    desired.next();
+                    break;
+                }
+                match (*next).cmp(key) {
+                    std::cmp::Ordering::Less => {
+                        desired.next();
+                    }
+                    std::cmp::Ordering::Equal => {
+                        wanted = true;
+                        desired.next();
+                        break;
+                    }
+                    std::cmp::Ordering::Greater => break,
+                }
+            }
+            if wanted || self.removal_eligible(key, settled) || self.desires_name(key.name()) {
+                continue;
+            }
+            kept.push((key.clone(), sent.clone()));
+        }
+        kept
     }
 
     /// Whether the client holds the variant it was sent for the locator `(name, params)`.
@@ -237,11 +272,16 @@ impl TypeState {
             })
             .peekable();
         let mut state: Vec<(ItemKey, Item)> = Vec::with_capacity(self.desired.len());
-        for (key, item) in &self.desired {
-            while let Some((k, i)) = kept.next_if(|(k, _)| k < key) {
-                state.push((k, i));
+        if kept.peek().is_none() {
+            // Nothing kept for make-before-break (the usual state): the desired items.
+            state.extend(self.desired.iter().map(|(k, i)| (k.clone(), i.clone())));
+        } else {
+            for (key, item) in &self.desired {
+                while let Some((k, i)) = kept.next_if(|(k, _)| k < key) {
+                    state.push((k, i));
+                }
+                state.push((key.clone(), item.clone()));
             }
-            state.push((key.clone(), item.clone()));
         }
         state.extend(kept);
 
@@ -319,7 +359,7 @@ impl TypeState {
     /// Delta, make phase: additions and updates, and what the client subscribed to but does
     /// not exist. `None` when there is nothing to say.
     pub fn delta_make(&mut self, seq: u64, system_version: &str) -> Option<DeltaResponse> {
-        let upserts: Vec<(ItemKey, Item)> = self
+        let upserts: SmallVec<[(ItemKey, Item); 2]> = self
             .pending_upserts()
             .map(|(k, item)| (k.clone(), item.clone()))
             .collect();
@@ -435,6 +475,10 @@ impl TypeState {
         system_version: &str,
         settled: &Settled,
     ) -> Option<DeltaResponse> {
+        // Removals are among the dirty items: none, nothing to remove (nearly every poll).
+        if self.dirty.is_empty() {
+            return None;
+        }
         let removals: Vec<ItemKey> = self.eligible_removals(settled).cloned().collect();
         let mut response = DeltaResponse::default();
         let carried: Vec<(ItemKey, Option<Item>)> =
@@ -504,8 +548,9 @@ impl TypeState {
         response.system_version_info = system_version.to_owned();
         self.carry(seq, carried);
         self.unanswered += 1;
-        self.outstanding.insert(
-            response.nonce.clone(),
+        insert_by_seq(
+            &mut self.outstanding,
+            seq,
             Outstanding {
                 version: system_version.to_owned(),
                 seq,
@@ -521,30 +566,31 @@ impl TypeState {
     pub(super) fn sotw_outstanding(&mut self, seq: u64, version: &str) -> String {
         self.unanswered += 1;
         let nonce = seq.to_string();
-        self.last_nonce = Some(nonce.clone());
+        self.last_seq = Some(seq);
         let since = self
             .outstanding
-            .values()
-            .map(|o| o.since)
+            .iter()
+            .map(|(_, o)| o.since)
             .min()
             .unwrap_or(seq)
             .min(seq);
         self.outstanding.clear();
-        self.outstanding.insert(
-            nonce.clone(),
+        self.outstanding.push((
+            seq,
             Outstanding {
                 version: version.to_owned(),
                 seq,
                 since,
                 heartbeat: false,
             },
-        );
+        ));
         nonce
     }
 
     /// Marks response `nonce` as a heartbeat (see [`Outstanding::heartbeat`]).
     pub(super) fn mark_heartbeat(&mut self, nonce: &str) {
-        if let Some(outstanding) = self.outstanding.get_mut(nonce) {
+        let seq = nonce_seq(nonce);
+        if let Some((_, outstanding)) = self.outstanding.iter_mut().find(|(s, _)| Some(*s) == seq) {
             outstanding.heartbeat = true;
         }
     }
@@ -555,6 +601,16 @@ impl TypeState {
             .iter()
             .map(|(key, sent)| (key.held_key(), sent.clone()))
     }
+}
+
+/// The sequence number a nonce names: a response's nonce is its sequence number in decimal,
+/// so only that spelling names it (not `007`, `+7` or ` 7`).
+pub(crate) fn nonce_seq(nonce: &str) -> Option<u64> {
+    let digits = nonce.as_bytes();
+    let canonical = !digits.is_empty()
+        && digits.iter().all(u8::is_ascii_digit)
+        && (digits[0] != b'0' || digits.len() == 1);
+    canonical.then(|| nonce.parse().ok()).flatten()
 }
 
 /// A SotW response's version: a hash of the type and of each entry's key and version (the
@@ -625,8 +681,48 @@ impl MemoEntry {
 /// Memoised SotW versions, by a hash of their labels' pointers. Bounded: emptied when full,
 /// and states larger than [`MEMO_MAX_LABELS`] are not kept.
 static SOTW_VERSIONS: std::sync::LazyLock<
-    std::sync::Mutex<std::collections::HashMap<u64, MemoEntry>>,
+    std::sync::Mutex<
+        std::collections::HashMap<u64, MemoEntry, std::hash::BuildHasherDefault<Fingerprint>>,
+    >,
 > = std::sync::LazyLock::new(Default::default);
+
+/// The memo's hash of a state's labels (pointers and ids), a word at a time: every SotW stream
+/// computes one per response, and SipHash made it most of the memo's cost. Only a key: a
+/// collision is caught by [`MemoEntry::matches`]; the version itself is SHA-256.
+#[derive(Clone, Copy, Default)]
+struct Fingerprint(u64);
+
+impl std::hash::Hasher for Fingerprint {
+    fn finish(&self) -> u64 {
+        self.0
+    }
+
+    fn write(&mut self, bytes: &[u8]) {
+        let mut words = bytes.chunks_exact(8);
+        for word in &mut words {
+            self.write_u64(u64::from_le_bytes(word.try_into().unwrap_or_default()));
+        }
+        let mut tail = [0u8; 8];
+        tail[..words.remainder().len()].copy_from_slice(words.remainder());
+        self.write_u64(u64::from_le_bytes(tail) ^ (bytes.len() as u64) << 56);
+    }
+
+    fn write_u8(&mut self, n: u8) {
+        self.write_u64(u64::from(n));
+    }
+
+    fn write_u32(&mut self, n: u32) {
+        self.write_u64(u64::from(n));
+    }
+
+    fn write_usize(&mut self, n: usize) {
+        self.write_u64(n as u64);
+    }
+
+    fn write_u64(&mut self, n: u64) {
+        self.0 = (self.0.rotate_left(5) ^ n).wrapping_mul(0x51_7c_c1_b7_27_22_0a_95);
+    }
+}
 const MEMO_MAX_ENTRIES: usize = 4096;
 const MEMO_MAX_LABELS: usize = 1024;
 
@@ -638,7 +734,7 @@ fn shared_sotw_version(type_url: &str, labels: &[(&ItemKey, &Arc<str>)]) -> Stri
     if labels.len() > MEMO_MAX_LABELS {
         return sotw_version(type_url, labels.iter().copied());
     }
-    let mut hasher = std::collections::hash_map::DefaultHasher::new();
+    let mut hasher = Fingerprint::default();
     type_url.hash(&mut hasher);
     for (key, version) in labels {
         let (name, id) = match key {
@@ -690,6 +786,29 @@ pub(super) fn sotw_entry(key: &ItemKey, item: &Item, wrap_all: bool) -> SotwEntr
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    /// Only a response's own spelling of its sequence number names it.
+    #[test]
+    fn nonces_name_responses_by_their_own_spelling() {
+        assert_eq!(nonce_seq("7"), Some(7));
+        assert_eq!(nonce_seq("0"), Some(0));
+        assert_eq!(nonce_seq("18446744073709551615"), Some(u64::MAX));
+        for other in [
+            "",
+            "007",
+            "+7",
+            " 7",
+            "7 ",
+            "-1",
+            "x",
+            "18446744073709551616",
+        ] {
+            assert_eq!(nonce_seq(other), None, "{other:?}");
+        }
+        for seq in [1u64, 9, 10, 12345] {
+            assert_eq!(nonce_seq(&seq.to_string()), Some(seq));
+        }
+    }
 
     /// The version is the hash of `{key:?}={version}` labels, however they are written.
     #[test]

@@ -348,6 +348,11 @@ impl TypeState {
         }
     }
 
+    /// Whether what the client holds changed since the status last looked.
+    pub fn held_changed(&self) -> bool {
+        !matches!(&self.held_changes, HeldChanges::Some(changes) if changes.is_empty())
+    }
+
     pub fn take_held_changes(&mut self) -> HeldChanges {
         std::mem::replace(&mut self.held_changes, HeldChanges::Some(Vec::new()))
     }
@@ -358,6 +363,15 @@ impl TypeState {
         names: &[String],
         locators: &[(String, ParamSet)],
     ) -> bool {
+        // Nearly every request of a wildcard stream (its ACKs): nothing named, before or now.
+        if self.names.is_empty()
+            && self.globs.is_empty()
+            && self.locators.is_empty()
+            && locators.is_empty()
+            && names.iter().all(|n| n == "*")
+        {
+            return false;
+        }
         let wanted_names: BTreeSet<&str> = names
             .iter()
             .map(String::as_str)
