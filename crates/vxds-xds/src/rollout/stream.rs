@@ -76,6 +76,11 @@ pub struct StreamRollout {
 
 impl Drop for StreamRollout {
     fn drop(&mut self) {
+        // Concerns of an epoch before a reload are not the new epoch's revisions of the
+        // same numbers: their records went with the reload.
+        if self.epoch != self.rollouts.epoch() {
+            return;
+        }
         for c in std::mem::take(&mut self.concerns) {
             self.rollouts.gone(c.revision, c.nacked);
         }
@@ -84,12 +89,13 @@ impl Drop for StreamRollout {
 
 impl StreamRollout {
     pub fn new(rollouts: Arc<Rollouts>, stream_id: u64) -> Self {
+        let epoch = rollouts.epoch();
         Self {
             rollouts,
             stream_id,
             types: Vec::new(),
             concerns: VecDeque::new(),
-            epoch: 0,
+            epoch,
             delta: false,
         }
     }
