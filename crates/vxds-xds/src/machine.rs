@@ -795,7 +795,7 @@ impl StreamMachine {
                             .referenced
                             .entry(*type_url)
                             .or_default()
-                            .insert(name.clone());
+                            .insert(name.to_string());
                     }
                 }
             }
