@@ -1,29 +1,20 @@
 //! Rollout tracking: for each recent revision, which of this replica's streams it changed,
 //! and which of them accepted or refused it.
 //!
-//! The data model, per stream ([`StreamRollout`], owned by the stream's task beside its
-//! machine): per type, the revision of the snapshot the last response was computed from
-//! (*sent*), the revision of the last response the client ACKed (*accepted*), and the last it
-//! NACKed; and the recent revisions that changed something the stream resolves (*concerns*),
-//! each with the types it changed, until the stream has accepted all of them at that
-//! revision or later (acked) — or refused one (nacked; acked after all if a later revision
-//! is accepted).
-//!
-//! A revision concerns a stream when the dispatcher marked the stream for it (a subscription
-//! of the stream names a changed resource) *and* the stream, computing from a snapshot at that
-//! revision or later, had something to send: a revision that changes nothing the stream
-//! resolves (another variant, say) does not concern it. Marks coalesce while a stream is busy:
-//! revisions seen in one computation all concern it, with the types that computation sent.
+//! Per stream ([`StreamRollout`], in `stream`, owned by the stream's task beside its machine):
+//! the recent revisions that changed something the stream resolves (*concerns*) and what each
+//! still waits for, until the client has accepted all of it (acked) — or refused some (nacked;
+//! acked after all once what it refused is accepted again). See `stream` for the rules.
 //!
 //! Per replica ([`Rollouts`]): a [`RolloutRecord`] of counts per revision, for the last
 //! [`ROLLOUT_WINDOW`] revisions; older revisions are forgotten. A stream follows at most
 //! [`MAX_CONCERNS`] open revisions; beyond, the oldest is counted `gone`. Memory: a record is a
 //! few hundred bytes plus up to [`vxds_core::rollout::MAX_NACKS`] NACK texts; a stream's part
-//! is a few words per type and per open revision.
+//! is a few words per type, per unanswered response and per open revision.
 
 mod stream;
 
-pub use stream::StreamRollout;
+pub use stream::{Computation, Dependency, HeldRemoval, Mark, StreamRollout, Subscriptions};
 
 use std::collections::BTreeMap;
 use std::sync::{Arc, Mutex};
@@ -271,12 +262,10 @@ impl Rollouts {
         }
     }
 
-    fn nacked(&self, revision: u64, nack: RolloutNack, first: bool) {
+    fn nacked(&self, revision: u64, nack: RolloutNack) {
         self.update(revision, |r| {
-            if first {
-                r.pending = r.pending.saturating_sub(1);
-                r.nacked += 1;
-            }
+            r.pending = r.pending.saturating_sub(1);
+            r.nacked += 1;
             if r.nacks.len() < MAX_NACKS {
                 r.nacks.push(nack);
             }
@@ -359,6 +348,40 @@ impl Rollouts {
 
 fn open(r: &RolloutRecord) -> bool {
     !r.published || r.undecided > 0 || r.pending > 0
+}
+
+/// The types a revision changed for one stream, as bits by push order ([`crate::types::PUSH_ORDER`];
+/// one bit for every other type): a refusal of another type is not a refusal of it.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub struct TypeMask(u32);
+
+impl TypeMask {
+    /// Every type: the stream was told that everything changed.
+    pub const ALL: Self = Self(u32::MAX);
+    pub const NONE: Self = Self(0);
+
+    fn bit(type_url: &str) -> u32 {
+        1 << crate::types::push_rank(type_url)
+    }
+
+    /// With `type_url` too.
+    #[must_use]
+    pub fn with(self, type_url: &str) -> Self {
+        Self(self.0 | Self::bit(type_url))
+    }
+
+    #[must_use]
+    pub fn union(self, other: Self) -> Self {
+        Self(self.0 | other.0)
+    }
+
+    /// Whether a response of `type_url` may carry what these types changed: one of their
+    /// own; or any response of a type outside the push order (a list collection follows its
+    /// members, of another type).
+    pub fn reaches(self, type_url: &str) -> bool {
+        let rank = crate::types::push_rank(type_url);
+        rank == crate::types::PUSH_ORDER.len() || self.0 & (1 << rank) != 0
+    }
 }
 
 #[cfg(test)]
