@@ -317,7 +317,8 @@ impl Registry {
     /// A registry whose streams start from `snapshot`.
     pub fn new(snapshot: Arc<Snapshot>) -> Self {
         let events = crate::events::ClientEvents::default();
-        let rollouts = crate::rollout::Rollouts::new(events.clone());
+        let rollouts = crate::rollout::Rollouts::new(events.clone())
+            .with_reconnect_grace(crate::rollout::RECONNECT_GRACE);
         rollouts.loaded(snapshot.epoch, snapshot.revision);
         Self {
             indexes: Mutex::default(),

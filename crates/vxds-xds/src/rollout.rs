@@ -5,6 +5,7 @@
 //! the recent revisions that changed something the stream resolves (*concerns*) and what each
 //! still waits for, until the client has accepted all of it (acked) — or refused some (nacked;
 //! acked after all once what it refused is accepted again). See `stream` for the rules.
+//! What a stream of a known node leaves open waits for the node to reconnect (`reconnect`).
 //!
 //! Per replica ([`Rollouts`]): a [`RolloutRecord`] of counts per revision, for the last
 //! [`ROLLOUT_WINDOW`] revisions; older revisions are forgotten. A stream follows at most
@@ -12,8 +13,10 @@
 //! few hundred bytes plus up to [`vxds_core::rollout::MAX_NACKS`] NACK texts; a stream's part
 //! is a few words per type, per unanswered response and per open revision.
 
+mod reconnect;
 mod stream;
 
+pub use reconnect::{MAX_PARKED_NODES, NodeKey, RECONNECT_GRACE};
 pub use stream::{Computation, Dependency, HeldRemoval, Mark, StreamRollout, Subscriptions};
 
 use std::collections::BTreeMap;
@@ -60,6 +63,10 @@ pub struct Rollouts {
     /// diverged, as after a failover) reuses revision numbers for other content, so the
     /// records and what streams accepted start over.
     epoch: std::sync::atomic::AtomicU64,
+    /// Revisions streams left open, waiting for their node to reconnect (`reconnect`).
+    parked: Mutex<reconnect::Parked>,
+    /// How long they wait; none by default.
+    reconnect_grace: std::time::Duration,
 }
 
 #[derive(Debug, Default)]
@@ -177,6 +184,7 @@ impl Rollouts {
                 records.by_revision.clear();
                 records.with.clear();
                 records.loaded = 0;
+                self.forget_parked();
                 self.epoch
                     .store(epoch, std::sync::atomic::Ordering::Release);
             }
@@ -284,6 +292,7 @@ impl Rollouts {
 
     /// What this replica knows of `revision`.
     pub fn get(&self, revision: u64) -> Known {
+        self.expire_parked();
         let Ok(records) = self.records.lock() else {
             return Known::NotYet;
         };
@@ -332,6 +341,7 @@ impl Rollouts {
 
     /// The newest records, for the client summary.
     pub fn recent(&self, replica: &str) -> Vec<RolloutRecord> {
+        self.expire_parked();
         let Ok(records) = self.records.lock() else {
             return Vec::new();
         };

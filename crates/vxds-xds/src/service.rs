@@ -558,6 +558,11 @@ async fn run_stream<Req, Resp>(
                         if presence.is_none() {
                             presence = Some(Presence::announce(events, machine.status()));
                         }
+                        // Once the node is known: what a previous stream of it left open is
+                        // this one's to answer.
+                        if let Some(node) = machine.node() {
+                            rollout.identify(spec.label, &node.id);
+                        }
                         if events.is_watched() {
                             publish_answers(events, &machine, &outcome);
                         }

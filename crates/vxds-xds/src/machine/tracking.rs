@@ -78,6 +78,10 @@ impl StreamMachine {
 }
 
 impl Subscriptions for StreamMachine {
+    fn in_sync(&self, type_url: &str) -> bool {
+        self.types.get(type_url).is_some_and(|ty| ty.in_sync())
+    }
+
     fn subscribes(&self, type_url: &str, name: &str) -> bool {
         self.types
             .get(type_url)

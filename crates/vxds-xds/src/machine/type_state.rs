@@ -347,6 +347,16 @@ impl TypeState {
             || self.desires_name(name)
     }
 
+    /// Whether the client subscribes to the type and holds what it should of it: nothing in
+    /// flight, refused, held back or still to match from what it reported at connect.
+    pub fn in_sync(&self) -> bool {
+        self.seen_request
+            && self.outstanding.is_empty()
+            && self.refused.is_none()
+            && !self.reported_pending
+            && !self.removals_waiting()
+    }
+
     /// What the client was last sent under `name` (by name, or the first variant).
     pub fn sent_item(&self, name: &Arc<str>) -> Option<&Item> {
         let by_name = self.sent.get(&ItemKey::Name(name.clone()));

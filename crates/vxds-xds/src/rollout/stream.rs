@@ -30,7 +30,7 @@ use std::sync::Arc;
 use smallvec::SmallVec;
 use vxds_core::rollout::RolloutNack;
 
-use super::{MAX_CONCERNS, Rollouts, TypeMask};
+use super::{MAX_CONCERNS, NodeKey, Rollouts, TypeMask};
 use crate::machine::Response;
 
 /// A revision the stream was told of: its index epoch, and the types it changed for the stream.
@@ -78,6 +78,11 @@ pub trait Subscriptions {
         type_url: &str,
         name: &str,
     ) -> bool;
+    /// Whether the client subscribes to `type_url` and holds what it should of it, nothing
+    /// in flight, refused or held back: after a computation from a snapshot, it holds that
+    /// snapshot's state (a Delta client that reconnects reporting what it holds is sent
+    /// nothing it already has).
+    fn in_sync(&self, type_url: &str) -> bool;
 }
 
 /// One computation of the stream, after it ran.
@@ -194,6 +199,9 @@ struct Concern {
     needs: Vec<Need>,
     /// Delta: the names refused, `(type, name)`, not yet accepted again.
     refused: Vec<(usize, NameHash)>,
+    /// Taken over from a previous stream of the node (`reconnect`): this stream's state of
+    /// its types decides it, whatever was or was not sent on this stream.
+    adopted: bool,
 }
 
 impl Concern {
@@ -222,6 +230,8 @@ pub struct StreamRollout {
     epoch: u64,
     /// A Delta stream: a response carries only what changed.
     delta: bool,
+    /// Its client, once known: what it leaves open waits for the node to reconnect.
+    node: Option<NodeKey>,
 }
 
 impl Drop for StreamRollout {
@@ -232,7 +242,15 @@ impl Drop for StreamRollout {
             return;
         }
         for c in std::mem::take(&mut self.concerns) {
-            self.rollouts.gone(c.revision, c.nacked);
+            // A refusal stands whoever answers next; what is unanswered waits for the node.
+            let parked = !c.nacked
+                && self.node.as_ref().is_some_and(|node| {
+                    let types = self.waited_types(&c);
+                    self.rollouts.park(node, c.revision, types)
+                });
+            if !parked {
+                self.rollouts.gone(c.revision, c.nacked);
+            }
         }
     }
 }
@@ -247,7 +265,51 @@ impl StreamRollout {
             concerns: VecDeque::new(),
             epoch,
             delta: false,
+            node: None,
         }
+    }
+
+    /// The stream's client is `node` on `service` (its first request says so): it takes over
+    /// what a previous stream of the node left open within the reconnect grace.
+    pub fn identify(&mut self, service: &'static str, node: &str) {
+        if node.is_empty() || self.node.is_some() {
+            return;
+        }
+        self.sync_epoch();
+        let key: NodeKey = (service, node.to_owned());
+        for (revision, types) in self.rollouts.adopt(&key) {
+            let types = types.iter().map(|t| self.type_index(t)).collect();
+            if self.concerns.len() >= MAX_CONCERNS
+                && let Some(oldest) = self.concerns.pop_front()
+            {
+                self.rollouts.gone(oldest.revision, oldest.nacked);
+            }
+            self.concerns.push_back(Concern {
+                revision,
+                types,
+                nacked: false,
+                awaiting: Vec::new(),
+                removals: Vec::new(),
+                needs: Vec::new(),
+                refused: Vec::new(),
+                adopted: true,
+            });
+        }
+        self.node = Some(key);
+    }
+
+    /// Every type `c` waits for something of, as type URLs.
+    fn waited_types(&self, c: &Concern) -> Vec<String> {
+        let mut types: Vec<usize> = c.types.clone();
+        types.extend(c.awaiting.iter().map(|(i, _)| *i));
+        types.extend(c.removals.iter().map(|(i, _)| *i));
+        types.extend(c.needs.iter().map(|n| n.ty));
+        types.sort_unstable();
+        types.dedup();
+        types
+            .into_iter()
+            .map(|i| self.types[i].type_url.clone())
+            .collect()
     }
 
     /// The part of a Delta stream.
@@ -352,9 +414,31 @@ impl StreamRollout {
             self.concern(m, &responses, &held, c.dependencies);
         }
         settle |= self.follow_needs(&c, &responses, stream);
+        settle |= self.adopted_in_sync(c.revision, stream);
         if settle {
             self.settle();
         }
+    }
+
+    /// Types of revisions taken over from a previous stream that the client holds in sync
+    /// after computing from the snapshot at `revision`: it holds that revision's state of
+    /// them (a reconnecting Delta client is sent nothing it already has, so no answer would
+    /// come). Whether one became so.
+    fn adopted_in_sync(&mut self, revision: u64, stream: &dyn Subscriptions) -> bool {
+        let mut synced = false;
+        for k in 0..self.concerns.len() {
+            if !self.concerns[k].adopted {
+                continue;
+            }
+            for j in 0..self.concerns[k].types.len() {
+                let t = &mut self.types[self.concerns[k].types[j]];
+                if t.accepted < revision && stream.in_sync(&t.type_url) {
+                    t.accepted = revision;
+                    synced = true;
+                }
+            }
+        }
+        synced
     }
 
     /// Removals concerns waited for that are no longer held back: they went, with the last
@@ -439,6 +523,7 @@ impl StreamRollout {
             removals: Vec::new(),
             needs,
             refused: Vec::new(),
+            adopted: false,
         });
     }
 

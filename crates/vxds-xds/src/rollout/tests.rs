@@ -4,6 +4,7 @@
 use super::*;
 use crate::machine::Response;
 
+mod reconnect;
 mod references;
 mod refusals;
 mod removals;
@@ -30,9 +31,15 @@ struct Machine {
     subscribed: std::collections::BTreeSet<(String, String)>,
     /// `(type, name, named type, named name)`.
     names: std::collections::BTreeSet<(String, String, String, String)>,
+    /// Types the client holds in sync (nothing to send, nothing in flight).
+    in_sync: std::collections::BTreeSet<String>,
 }
 
 impl Subscriptions for Machine {
+    fn in_sync(&self, type_url: &str) -> bool {
+        self.in_sync.contains(type_url)
+    }
+
     fn subscribes(&self, type_url: &str, name: &str) -> bool {
         self.subscribed
             .contains(&(type_url.to_owned(), name.to_owned()))
