@@ -27,7 +27,8 @@ use crate::query::{PathParams, Query};
 /// `streams` counts the streams, on every replica, whose resolved resources the revision
 /// changed; `acked` those that accepted it (or a later revision), `nacked` those that refused
 /// it (with `nacks`: node, type, the client's error text and replica), `pending` those still
-/// to answer, `gone` those that left first. `state` is `complete` once nothing is pending or
+/// to answer, `gone` those that left first (their node not back within 30 s to answer for
+/// them). `state` is `complete` once nothing is pending or
 /// undecided, `failed` as soon as a stream refused it. `ack_time` is from the commit to each
 /// ACK. `rollout` events on `GET /v1/events` say when it moves. With `wait`, answers once the
 /// rollout completes or fails, or when the wait ends (`state` then still `progressing`).

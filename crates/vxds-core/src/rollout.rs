@@ -200,7 +200,8 @@ pub struct RolloutStatus {
     pub nacked: u64,
     /// Those still to answer.
     pub pending: u64,
-    /// Those that left before answering.
+    /// Those that left before answering, their node not back (on the same replica) within
+    /// 30 s to answer for them.
     pub gone: u64,
     /// Streams still working out whether the revision concerns them, and replicas that have
     /// not yet told all their streams: `state` is `progressing` while this is not zero.

@@ -70,8 +70,9 @@ pub struct IndexedVariant {
     pub redirect: bool,
     /// What the body names in other types (RDS, EDS, SDS, clusters), read once here: a
     /// stream keeps what a client's accepted configuration still needs while it refuses an
-    /// update.
-    pub references: Vec<vxds_envoy::references::Reference>,
+    /// update, and rollout tracking waits for what the client fetches next. The names are
+    /// shared, so that a stream looks them up among what it holds without a copy.
+    pub references: Vec<(&'static str, Arc<str>)>,
     /// Whether the constraints hold only for the identities they name; worked out on first
     /// use, for the process's trusted keys (fixed for its life).
     identity_bound: std::sync::OnceLock<bool>,
@@ -123,6 +124,14 @@ impl RevisionChanges {
     }
 }
 
+/// What `body` names (see [`vxds_envoy::references`]), its names shared.
+fn shared_references(body: &[u8]) -> Vec<(&'static str, Arc<str>)> {
+    vxds_envoy::references::of(body)
+        .into_iter()
+        .map(|(type_url, name)| (type_url, Arc::from(name)))
+        .collect()
+}
+
 impl IndexedResource {
     fn from_stored(stored: StoredResource) -> Self {
         let canonical: Vec<CanonicalConstraints> = stored
@@ -147,7 +156,7 @@ impl IndexedResource {
                     constraints_text: constrained.then(|| Arc::from(v.constraints.to_string())),
                     constraints: v.constraints,
                     redirect: vxds_envoy::collections::is_redirect_body(&v.body),
-                    references: vxds_envoy::references::of(&v.body),
+                    references: shared_references(&v.body),
                     body: Bytes::from(v.body),
                     version: Arc::from(v.version),
                     ttl: v.ttl,

@@ -22,6 +22,7 @@
 
 #[cfg(test)]
 mod tests;
+mod tracking;
 mod type_state;
 
 use std::collections::BTreeMap;
@@ -55,6 +56,7 @@ pub(crate) fn shared_interest(interest: StreamInterest) -> Arc<StreamInterest> {
 use type_state::{Ack, HeldChanges, Settled, TypeState};
 
 use crate::params::{ParamSource, locator_params, node_params_from};
+use crate::rollout::Dependency;
 use crate::status::{Acked, ClientStatus, Nacked, SentVersion, Stamp, TypeStatus};
 use crate::types::{self, ServiceSpec, legacy_wildcard, push_rank};
 use crate::wire::{DeltaResponse, SotwResponse};
@@ -168,6 +170,9 @@ pub struct RequestOutcome {
     /// The request named a type URL that is no message of the Envoy API: it was ignored.
     /// `first` when this stream had not asked for it before (it is logged once).
     pub unknown_type: Option<UnknownType>,
+    /// Delta: the type and the names the client unsubscribed from (rollout tracking: what it
+    /// refused of them, or was to fetch of them, is behind it).
+    pub unsubscribed: Option<(String, Vec<String>)>,
 }
 
 /// A request for a type the server does not know (see [`RequestOutcome::unknown_type`]).
@@ -191,6 +196,11 @@ pub struct StreamMachine {
     status: Arc<Mutex<ClientStatus>>,
     /// What the client's identity says; no source the client controls overrides these.
     trusted: vxds_core::ParamSet,
+    /// Rollout tracking follows what the resources sent name in the next poll.
+    follow_references: bool,
+    /// What the resources sent in the last poll name that the client does not hold (when
+    /// followed).
+    dependencies: Vec<Dependency>,
 }
 
 fn now() -> String {
@@ -226,6 +236,8 @@ impl StreamMachine {
             nonce: 0,
             status: Arc::new(Mutex::new(status)),
             trusted: vxds_core::ParamSet::new(),
+            follow_references: false,
+            dependencies: Vec::new(),
         }
     }
 
@@ -604,6 +616,16 @@ impl StreamMachine {
         for (name, params) in unsubscribe {
             ty.unsubscribe(name, Some(params));
         }
+        let unsubscribed: Vec<String> = (request.resource_names_unsubscribe.iter())
+            .chain(
+                request
+                    .resource_locators_unsubscribe
+                    .iter()
+                    .map(|l| &l.name),
+            )
+            .filter(|n| *n != "*")
+            .cloned()
+            .collect();
         // A new wildcard is answered even when it matches nothing — unless the client
         // reconnects with what it holds: it is not waiting, and is sent nothing again.
         if ty.wildcard() && !wildcard_before && request.initial_resource_versions.is_empty() {
@@ -619,6 +641,9 @@ impl StreamMachine {
             || !request.resource_names_unsubscribe.is_empty()
             || !request.resource_locators_unsubscribe.is_empty();
         self.settle_request(&type_url, outcome.interest_changed)?;
+        if !unsubscribed.is_empty() {
+            outcome.unsubscribed = Some((type_url, unsubscribed));
+        }
         Ok(outcome)
     }
 
@@ -648,16 +673,19 @@ impl StreamMachine {
     /// only the removals the client's accepted configuration still names (`Settled`), until
     /// a later update is accepted.
     pub fn poll(&mut self, snapshot: &Snapshot) -> Vec<Response> {
+        self.dependencies.clear();
+        let follow = std::mem::take(&mut self.follow_references);
         // Most polls follow an ACK with nothing else pending: nothing to compute or send.
         if self.types.values().all(|ty| ty.quiet()) {
             for ty in self.types.values_mut() {
-                ty.removals_due_now = false;
+                ty.removals_due_now.clear();
                 ty.free_emptied();
             }
             return Vec::new();
         }
         for ty in self.types.values_mut() {
-            ty.removals_due_now = false;
+            ty.removals_due_now.clear();
+            ty.follow_references = follow;
         }
         for ty in self.types.values_mut() {
             ty.refresh(snapshot);
@@ -710,6 +738,9 @@ impl StreamMachine {
         for response in &responses {
             self.record_sent(response);
         }
+        if follow {
+            self.follow(snapshot);
+        }
         // What emptied is freed by a poll that sends nothing (the one after the client's
         // answer, usually): one that sends leaves the responses' bookkeeping to answer.
         if responses.is_empty() {
@@ -718,17 +749,6 @@ impl StreamMachine {
             }
         }
         responses
-    }
-
-    /// The types whose removals are due and held back until earlier responses are answered
-    /// (make-before-break), each with whether one became due in the last poll: the revisions
-    /// that made them are not rolled out before they go.
-    pub fn held_removals(&self) -> Vec<(&str, bool)> {
-        self.types
-            .iter()
-            .filter(|(_, t)| t.removals_waiting())
-            .map(|(type_url, t)| (type_url.as_str(), t.removals_due_now))
-            .collect()
     }
 
     /// The shortest TTL among the resources heartbeats renew on this stream (what the client
@@ -857,7 +877,7 @@ fn settled_of<'a>(types: impl Iterator<Item = &'a TypeState> + Clone) -> Settled
                         .referenced
                         .entry(*type_url)
                         .or_default()
-                        .insert(name.clone());
+                        .insert(name.to_string());
                 }
             }
         }

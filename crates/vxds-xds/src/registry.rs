@@ -30,6 +30,7 @@ use vxds_envoy::changeset::ResourceKey;
 use vxds_store::{Index, Snapshot};
 
 use crate::machine::{StreamInterest, StreamMachine};
+use crate::rollout::{Mark, TypeMask};
 use crate::status::ClientStatus;
 
 /// Changed resources looked up per lock of the registry.
@@ -79,9 +80,10 @@ struct Pending {
     /// back (failover) starts a new epoch at a lower revision.
     revision: u64,
     epoch: u64,
-    /// Every revision marked, for rollout tracking (`crate::rollout`); at most
-    /// [`crate::rollout::MAX_CONCERNS`], the oldest given up beyond.
-    revisions: Vec<u64>,
+    /// Every revision marked, with the types it changed for the stream, for rollout
+    /// tracking (`crate::rollout`); at most [`crate::rollout::MAX_CONCERNS`], the oldest given
+    /// up beyond.
+    revisions: Vec<(u64, TypeMask)>,
     /// The index epoch of `revisions`: a mark of a later epoch (a reload) drops them, since
     /// their numbers now name other revisions, whose records are not theirs.
     revisions_epoch: u64,
@@ -94,8 +96,8 @@ pub struct Marked {
     pub keys: Option<BTreeSet<ChangedKey>>,
     pub revision: u64,
     pub epoch: u64,
-    /// Each revision marked, oldest first.
-    pub revisions: Vec<u64>,
+    /// Each revision marked, oldest first, with the types it changed for the stream.
+    pub revisions: Vec<(u64, TypeMask)>,
     /// Their index epoch.
     pub revisions_epoch: u64,
 }
@@ -109,19 +111,21 @@ struct MarkResult {
 }
 
 impl Pending {
-    fn note(&mut self, revision: u64, epoch: u64) -> MarkResult {
+    fn note(&mut self, revision: u64, epoch: u64, types: TypeMask) -> MarkResult {
         if epoch != self.revisions_epoch {
             // Revisions of the epoch before a reload: their records went with it (and a
             // number among them may be marked again in this epoch, as another revision).
             self.revisions.clear();
             self.revisions_epoch = epoch;
         }
-        if self.revisions.contains(&revision) {
+        if let Some((_, known)) = self.revisions.iter_mut().find(|(r, _)| *r == revision) {
+            // Marked again (its whole change, the stream's interest having changed).
+            *known = known.union(types);
             return MarkResult::default();
         }
         let evicted = (self.revisions.len() >= crate::rollout::MAX_CONCERNS)
-            .then(|| self.revisions.remove(0));
-        self.revisions.push(revision);
+            .then(|| self.revisions.remove(0).0);
+        self.revisions.push((revision, types));
         MarkResult {
             added: true,
             evicted,
@@ -138,13 +142,24 @@ impl Inbox {
     ) -> MarkResult {
         let mut result = MarkResult::default();
         if let Ok(mut pending) = self.pending.lock() {
-            if !pending.everything {
-                pending.keys.extend(keys.into_iter().cloned());
+            // The types the revision changed for the stream: keys come sorted by type, so a
+            // type is looked up once per run of its keys.
+            let mut types = TypeMask::NONE;
+            let mut last_type: Option<&str> = None;
+            let everything = pending.everything;
+            for key in keys {
+                if last_type != Some(key.type_url.as_str()) {
+                    types = types.with(&key.type_url);
+                    last_type = Some(&key.type_url);
+                }
+                if !everything {
+                    pending.keys.insert(key.clone());
+                }
             }
             if (epoch, revision) > (pending.epoch, pending.revision) {
                 (pending.epoch, pending.revision) = (epoch, revision);
             }
-            result = pending.note(revision, epoch);
+            result = pending.note(revision, epoch, types);
         }
         self.notify.notify_one();
         result
@@ -153,7 +168,7 @@ impl Inbox {
     fn mark_everything(&self, revision: u64, epoch: u64) -> MarkResult {
         let mut result = MarkResult::default();
         if let Ok(mut pending) = self.pending.lock() {
-            result = pending.note(revision, epoch);
+            result = pending.note(revision, epoch, TypeMask::ALL);
             pending.everything = true;
             pending.keys.clear();
             // Everything is computed afresh, from this revision on: earlier marks are moot
@@ -169,7 +184,13 @@ impl Inbox {
     fn abandon(&self) -> (u64, Vec<u64>) {
         self.pending
             .lock()
-            .map(|mut p| (p.revisions_epoch, std::mem::take(&mut p.revisions)))
+            .map(|mut p| {
+                let revisions = std::mem::take(&mut p.revisions);
+                (
+                    p.revisions_epoch,
+                    revisions.into_iter().map(|(r, _)| r).collect(),
+                )
+            })
             .unwrap_or_default()
     }
 
@@ -329,7 +350,8 @@ impl Registry {
     /// A registry whose streams start from `snapshot`.
     pub fn new(snapshot: Arc<Snapshot>) -> Self {
         let events = crate::events::ClientEvents::default();
-        let rollouts = crate::rollout::Rollouts::new(events.clone());
+        let rollouts = crate::rollout::Rollouts::new(events.clone())
+            .with_reconnect_grace(crate::rollout::RECONNECT_GRACE);
         rollouts.loaded(snapshot.epoch, snapshot.revision);
         Self {
             indexes: Mutex::default(),
@@ -440,12 +462,12 @@ impl Registry {
         self.catch_up_marked(inbox, machine, &mut Vec::new()).await
     }
 
-    /// [`Self::catch_up`], adding each revision marked to `revisions`, as `(epoch, revision)`.
+    /// [`Self::catch_up`], adding each revision marked to `revisions`.
     pub async fn catch_up_marked(
         &self,
         inbox: &Inbox,
         machine: &mut StreamMachine,
-        revisions: &mut impl Extend<(u64, u64)>,
+        revisions: &mut impl Extend<Mark>,
     ) -> Arc<Snapshot> {
         let mut published = self.published.subscribe();
         loop {
@@ -453,12 +475,11 @@ impl Registry {
             // by the time it is published.
             let snapshot = published.borrow_and_update().clone();
             let marked = inbox.take();
-            revisions.extend(
-                marked
-                    .revisions
-                    .iter()
-                    .map(|&r| (marked.revisions_epoch, r)),
-            );
+            revisions.extend(marked.revisions.iter().map(|&(revision, types)| Mark {
+                epoch: marked.revisions_epoch,
+                revision,
+                types,
+            }));
             match &marked.keys {
                 Some(keys) => machine.on_changes(keys.iter().map(|k| &**k)),
                 None => machine.on_everything_changed(),
@@ -705,10 +726,8 @@ mod tests {
         assert_eq!(names(&both), ["c0", "c1"]);
         assert_eq!(names(&named), ["c1"]);
         assert!(names(&other).is_empty());
-        assert_eq!(
-            (&both.revisions[..], &named.revisions[..]),
-            (&[2][..], &[2][..])
-        );
+        let revisions = |m: &Marked| m.revisions.iter().map(|&(r, _)| r).collect::<Vec<_>>();
+        assert_eq!((revisions(&both), revisions(&named)), (vec![2], vec![2]));
         assert!(other.revisions.is_empty());
         let c1 = |m: &Marked| {
             m.keys

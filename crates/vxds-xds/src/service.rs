@@ -33,6 +33,10 @@ use crate::rollout::StreamRollout;
 use crate::types::{Method, ServiceSpec};
 use crate::wire::{DeltaResponse, SotwResponse};
 
+mod tracking;
+
+use tracking::{poll, record_answers, record_computed, record_refusals};
+
 /// Prost's codec with small starting buffers. A stream keeps one encode and one decode buffer
 /// for its whole life; tonic's 8 KiB defaults cost 16 KiB per stream, 160 MiB for ten thousand
 /// mostly idle streams. The buffers still grow to the largest message.
@@ -453,121 +457,8 @@ fn publish_answers(events: &ClientEvents, machine: &StreamMachine, outcome: &Req
     }
 }
 
-/// The revisions a computation was told of, `(epoch, revision)`: usually one, held inline.
-type Marked = smallvec::SmallVec<[(u64, u64); 2]>;
-
-/// A refusal, held until the computation that follows it: `(type, nonce, node, error text)`.
-type Refusal = (String, Option<u64>, String, String);
-
-/// The client's ACKs, for rollout tracking, and the revisions it accepted, in its status; its
-/// NACKs, for [`record_refusals`].
-fn record_answers(
-    rollout: &mut StreamRollout,
-    machine: &StreamMachine,
-    outcome: &RequestOutcome,
-    nonce: Option<u64>,
-) -> Vec<Refusal> {
-    let mut refusals = Vec::new();
-    if outcome.acks.is_empty() && outcome.nacks.is_empty() && outcome.superseded_acks.is_empty() {
-        return refusals;
-    }
-    // An ACK of a superseded SotW response accepts that response's revision: a refusal of
-    // the later one then refuses only what came after it.
-    for type_url in outcome.acks.iter().chain(&outcome.superseded_acks) {
-        rollout.acked(type_url, nonce);
-    }
-    if !outcome.nacks.is_empty() {
-        let status = machine.status();
-        let (node, texts) = match status.lock() {
-            Ok(status) => (
-                status.node_id.clone(),
-                outcome
-                    .nacks
-                    .iter()
-                    .map(|t| {
-                        status
-                            .types
-                            .iter()
-                            .find(|s| &s.type_url == t)
-                            .and_then(|s| s.last_nacked.as_ref())
-                            .map(|n| n.message.clone())
-                            .unwrap_or_default()
-                    })
-                    .collect::<Vec<_>>(),
-            ),
-            Err(_) => return refusals,
-        };
-        for (type_url, text) in outcome.nacks.iter().zip(texts) {
-            refusals.push((type_url.clone(), nonce, node.clone(), text));
-        }
-    }
-    mirror_revisions(
-        rollout,
-        machine,
-        (outcome.acks.iter())
-            .chain(&outcome.nacks)
-            .chain(&outcome.superseded_acks),
-    );
-    refusals
-}
-
-/// NACKs count against the revisions they refuse unless, on SotW, the computation right after
-/// them sent the type again: a refused make-before-break update is followed by the type's whole
-/// state without what the refusal no longer holds back, and the client's answer to that
-/// decides. A Delta response after a refusal carries only what changed since (removals, say),
-/// never the refused resources again, so there the refusal stands.
-fn record_refusals(rollout: &mut StreamRollout, refusals: Vec<Refusal>, responses: &[Response]) {
-    for (type_url, nonce, node, text) in refusals {
-        let resent_whole = responses
-            .iter()
-            .any(|r| matches!(r, Response::Sotw(_)) && r.type_url() == type_url);
-        if !resent_whole {
-            rollout.nacked(&type_url, nonce, &node, &text);
-        }
-    }
-}
-
-/// A computation from the snapshot at `revision`, told of `marked`, that sent `responses`.
-fn record_computed(
-    rollout: &mut StreamRollout,
-    machine: &StreamMachine,
-    (epoch, revision): (u64, u64),
-    marked: &[(u64, u64)],
-    responses: &[Response],
-) {
-    rollout.computed_in(
-        epoch,
-        revision,
-        marked,
-        responses.iter().map(|r| (r.type_url(), r.nonce())),
-        &machine.held_removals(),
-    );
-    if !responses.is_empty() {
-        mirror_revisions(rollout, machine, responses.iter().map(Response::type_url));
-    }
-}
-
-/// Copies what the client accepted and what is in flight into its status (`/v1/clients`, CSDS).
-fn mirror_revisions<'a, S: AsRef<str> + 'a>(
-    rollout: &StreamRollout,
-    machine: &StreamMachine,
-    types: impl Iterator<Item = S>,
-) {
-    let status = machine.status();
-    let Ok(mut status) = status.lock() else {
-        return;
-    };
-    for type_url in types {
-        let type_url = type_url.as_ref();
-        let Some((accepted, sent)) = rollout.versions(type_url) else {
-            continue;
-        };
-        if let Some(entry) = status.types.iter_mut().find(|t| t.type_url == type_url) {
-            entry.accepted_revision = (accepted > 0).then_some(accepted);
-            entry.pending_revision = (sent > accepted).then_some(sent);
-        }
-    }
-}
+/// The revisions a computation was told of: usually one, held inline.
+type Marked = smallvec::SmallVec<[crate::rollout::Mark; 2]>;
 
 /// Keeps the streams gauge honest however the task ends.
 struct StreamGauge {
@@ -670,6 +561,11 @@ async fn run_stream<Req, Resp>(
                         if presence.is_none() {
                             presence = Some(Presence::announce(events, machine.status()));
                         }
+                        // Once the node is known: what a previous stream of it left open is
+                        // this one's to answer.
+                        if let Some(node) = machine.node() {
+                            rollout.identify(spec.label, &node.id);
+                        }
                         if events.is_watched() {
                             publish_answers(events, &machine, &outcome);
                         }
@@ -693,7 +589,7 @@ async fn run_stream<Req, Resp>(
                         // What the inbox holds first: one revision for every type.
                         let mut marked = Marked::new();
                         let snapshot = shared.registry.catch_up_marked(&registration.inbox, &mut machine, &mut marked).await;
-                        let responses = machine.poll(&snapshot);
+                        let responses = poll(&rollout, &mut machine, &snapshot, &marked);
                         record_computed(&mut rollout, &machine, (snapshot.epoch, snapshot.revision), &marked, &responses);
                         record_refusals(&mut rollout, refusals, &responses);
                         responses
@@ -723,7 +619,7 @@ async fn run_stream<Req, Resp>(
                 marked_wait.set(registration.inbox.wait());
                 let mut marked = Marked::new();
                 let snapshot = shared.registry.catch_up_marked(&registration.inbox, &mut machine, &mut marked).await;
-                let responses = machine.poll(&snapshot);
+                let responses = poll(&rollout, &mut machine, &snapshot, &marked);
                 record_computed(&mut rollout, &machine, (snapshot.epoch, snapshot.revision), &marked, &responses);
                 if !responses.is_empty()
                     && let Some(committed) = snapshot.committed_at_ms()

@@ -22,6 +22,7 @@ use crate::types::{ADS, CLUSTER, ENDPOINT, LISTENER, ROUTE, SERVICES};
 
 mod collections;
 mod identity;
+mod references;
 mod removals;
 mod subscriptions;
 mod summary;

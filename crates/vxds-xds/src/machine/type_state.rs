@@ -48,7 +48,7 @@ pub(crate) enum ItemKey {
 }
 
 impl ItemKey {
-    fn name(&self) -> &Arc<str> {
+    pub(crate) fn name(&self) -> &Arc<str> {
         match self {
             ItemKey::Name(n) | ItemKey::Variant(n, _) => n,
         }
@@ -198,8 +198,16 @@ pub(crate) struct TypeState {
     /// Removals due, each with the sequence number of the last response sent when it became
     /// due: it may go once every response up to that one is accepted.
     removal_stamps: BTreeMap<ItemKey, u64>,
-    /// A removal became due in the last poll (rollout tracking: it is the marked revisions').
-    pub removals_due_now: bool,
+    /// The removals that became due in the last poll (rollout tracking: they are the marked
+    /// revisions').
+    pub removals_due_now: Vec<ItemKey>,
+    /// Rollout tracking follows what the resources sent name (set for a poll): the upserts
+    /// that name something are kept in `referencing` until the machine looks.
+    pub follow_references: bool,
+    /// Items sent in the last poll that name resources of other types (see
+    /// `follow_references`), by the name the client knows them by.
+    /// One inline: a revision usually changes one resource of a type per stream.
+    pub referencing: SmallVec<[(Arc<str>, Item); 1]>,
 
     /// What the client accepted (held = ACKed, not sent): heartbeats renew these, at these
     /// versions, and the NACK scope reads their references. See `accepted`.
@@ -315,7 +323,9 @@ impl TypeState {
             refused: None,
             reported_names: BTreeSet::new(),
             removal_stamps: BTreeMap::new(),
-            removals_due_now: false,
+            removals_due_now: Vec::new(),
+            follow_references: false,
+            referencing: SmallVec::new(),
             accepted: accepted::Accepted::default(),
             accepted_version: None,
             unacked: BySeq::new(),
@@ -331,6 +341,57 @@ impl TypeState {
         self.removal_stamps
             .keys()
             .any(|k| self.sent.contains_key(k) && !self.desired.contains_key(k))
+    }
+
+    /// The removals due and not yet sent (see [`Self::removals_waiting`]).
+    pub fn removals_held(&self) -> impl Iterator<Item = &ItemKey> {
+        self.removal_stamps
+            .keys()
+            .filter(|k| self.sent.contains_key(*k) && !self.desired.contains_key(*k))
+    }
+
+    /// An item sent now: rollout tracking follows what it names, when asked to.
+    fn note_referencing(&mut self, key: &ItemKey, item: &Item) {
+        if self.follow_references && !item.variant().references.is_empty() {
+            self.referencing.push((key.name().clone(), item.clone()));
+        }
+    }
+
+    /// Whether the client holds accepted something under `name` (by name or as a variant).
+    pub fn holds_accepted(&self, name: &Arc<str>) -> bool {
+        self.accepted.contains_key(&ItemKey::Name(name.clone())) || self.accepted.has_variants(name)
+    }
+
+    /// Whether the client subscribes to `name`: a response of the type answers for it.
+    pub fn subscribes(&self, name: &Arc<str>) -> bool {
+        self.wildcard()
+            || self.names.contains_key(&**name)
+            || self.locators.contains_key(&**name)
+            || self.desires_name(name)
+    }
+
+    /// Whether the client subscribes to the type and holds what it should of it: nothing in
+    /// flight, refused, held back or still to match from what it reported at connect.
+    pub fn in_sync(&self) -> bool {
+        self.seen_request
+            && self.outstanding.is_empty()
+            && self.refused.is_none()
+            && !self.reported_pending
+            && !self.removals_waiting()
+    }
+
+    /// What the client was last sent under `name` (by name, or the first variant).
+    pub fn sent_item(&self, name: &Arc<str>) -> Option<&Item> {
+        let by_name = self.sent.get(&ItemKey::Name(name.clone()));
+        let sent = by_name.or_else(|| {
+            let first = ItemKey::Variant(name.clone(), ConstraintsId::MIN);
+            let last = ItemKey::Variant(name.clone(), ConstraintsId::MAX);
+            self.sent.range(first..=last).next().map(|(_, s)| s)
+        });
+        match sent {
+            Some(Sent::Delivered(item)) => Some(item),
+            _ => None,
+        }
     }
 
     /// Whether a poll would find nothing to do for this type: nothing to refresh, nothing that
@@ -372,6 +433,11 @@ impl TypeState {
         map(&mut self.renewed);
         set(&mut self.fresh);
         map(&mut self.removal_stamps);
+        // Filled only while rollout tracking follows references; a full state's worth of
+        // room is not kept on an idle stream.
+        if self.referencing.is_empty() && self.referencing.spilled() {
+            self.referencing = SmallVec::new();
+        }
         map(&mut self.by_normal);
         map(&mut self.glob_members);
         set(&mut self.dirty);

@@ -2,62 +2,234 @@
 //! and the per-replica records they update.
 
 use super::*;
+use crate::machine::Response;
+
+mod reconnect;
+mod references;
+mod refusals;
+mod removals;
 
 const LDS: &str = "type.googleapis.com/envoy.config.listener.v3.Listener";
 const CDS: &str = "type.googleapis.com/envoy.config.cluster.v3.Cluster";
+const RDS: &str = "type.googleapis.com/envoy.config.route.v3.RouteConfiguration";
+const EDS: &str = "type.googleapis.com/envoy.config.endpoint.v3.ClusterLoadAssignment";
 
 /// A client's stream: numbers its responses as the machine does, and answers the latest
 /// of a type unless told which.
 struct Client {
     rollout: StreamRollout,
+    rollouts: Arc<Rollouts>,
+    delta: bool,
     nonce: u64,
     latest: BTreeMap<&'static str, u64>,
+    machine: Machine,
+}
+
+/// What the rollout asks the machine: subscriptions, and what the sent resources name.
+#[derive(Default)]
+struct Machine {
+    subscribed: std::collections::BTreeSet<(String, String)>,
+    /// `(type, name, named type, named name)`.
+    names: std::collections::BTreeSet<(String, String, String, String)>,
+    /// Types the client holds in sync (nothing to send, nothing in flight).
+    in_sync: std::collections::BTreeSet<String>,
+}
+
+impl Subscriptions for Machine {
+    fn in_sync(&self, type_url: &str) -> bool {
+        self.in_sync.contains(type_url)
+    }
+
+    fn subscribes(&self, type_url: &str, name: &str) -> bool {
+        self.subscribed
+            .contains(&(type_url.to_owned(), name.to_owned()))
+    }
+
+    fn still_names(
+        &self,
+        from_type: &str,
+        from_name: &Arc<str>,
+        type_url: &str,
+        name: &str,
+    ) -> bool {
+        self.names.contains(&(
+            from_type.to_owned(),
+            from_name.to_string(),
+            type_url.to_owned(),
+            name.to_owned(),
+        ))
+    }
 }
 
 impl Client {
     fn new(r: Arc<Rollouts>, id: u64) -> Self {
         Self {
-            rollout: StreamRollout::new(r, id),
+            rollout: StreamRollout::new(r.clone(), id),
+            rollouts: r,
+            delta: false,
             nonce: 0,
             latest: BTreeMap::new(),
+            machine: Machine::default(),
         }
     }
 
     /// A Delta stream's.
     fn delta(r: Arc<Rollouts>, id: u64) -> Self {
-        Self {
-            rollout: StreamRollout::new(r, id).delta(),
-            ..Self::new(Arc::new(Rollouts::default()), id)
-        }
+        let mut client = Self::new(r, id);
+        client.rollout = StreamRollout::new(client.rollouts.clone(), id).delta();
+        client.delta = true;
+        client
     }
 
     fn computed(&mut self, revision: u64, marked: &[u64], types: &[&'static str]) {
         self.computed_holding(revision, marked, types, &[]);
     }
 
-    /// A computation that sent `types` while removals of the types `held` stay held back
-    /// (each with whether one became due in this computation).
+    /// A computation that sent `types` while the removals `held` stay held back, each
+    /// `(type, name, whether it became due in this computation)`.
     fn computed_holding(
         &mut self,
         revision: u64,
         marked: &[u64],
         types: &[&'static str],
-        held: &[(&'static str, bool)],
+        held: &[(&'static str, &'static str, bool)],
     ) {
-        let sent: Vec<(&str, String)> = types
+        let sent: Vec<(&'static str, &[&str], &[&str])> =
+            types.iter().map(|&t| (t, &[][..], &[][..])).collect();
+        self.step(
+            revision,
+            Step {
+                marked,
+                sent: &sent,
+                held,
+                ..Step::default()
+            },
+        );
+    }
+
+    /// One computation (see [`Step`]).
+    fn step(&mut self, revision: u64, step: Step<'_>) {
+        let responses: Vec<Response> = step
+            .sent
             .iter()
-            .map(|&t| {
+            .map(|&(type_url, updated, removed)| {
                 self.nonce += 1;
-                self.latest.insert(t, self.nonce);
-                (t, self.nonce.to_string())
+                self.latest.insert(type_url, self.nonce);
+                if !self.delta {
+                    return Response::Sotw(crate::wire::SotwResponse {
+                        type_url: type_url.to_owned(),
+                        nonce: self.nonce.to_string(),
+                        ..Default::default()
+                    });
+                }
+                Response::Delta(crate::wire::DeltaResponse {
+                    type_url: type_url.to_owned(),
+                    nonce: self.nonce.to_string(),
+                    resources: updated
+                        .iter()
+                        .map(|&name| crate::wire::Wrapped {
+                            name: name.into(),
+                            naming: crate::wire::Naming::Legacy,
+                            version: "v".into(),
+                            body: None,
+                            ttl: None,
+                        })
+                        .collect(),
+                    removed_resources: removed.iter().map(|&n| n.to_owned()).collect(),
+                    ..Default::default()
+                })
+            })
+            .collect();
+        let epoch = self.rollouts.epoch();
+        let marked: Vec<Mark> = step
+            .marked
+            .iter()
+            .map(|&revision| Mark {
+                epoch,
+                revision,
+                types: match step.changed.iter().find(|(r, _)| *r == revision) {
+                    Some((_, types)) => types.iter().fold(TypeMask::NONE, |m, t| m.with(t)),
+                    None => TypeMask::ALL,
+                },
+            })
+            .collect();
+        let names: Vec<Arc<str>> = step.held.iter().map(|&(_, n, _)| n.into()).collect();
+        let held: Vec<HeldRemoval<'_>> = step
+            .held
+            .iter()
+            .zip(&names)
+            .map(|(&(type_url, _, due_now), name)| HeldRemoval {
+                type_url,
+                name,
+                due_now,
+            })
+            .collect();
+        let dependencies: Vec<Dependency> = step
+            .needs
+            .iter()
+            .map(|&(from_type, from_name, type_url, name)| {
+                // What was sent names it, until told otherwise.
+                self.machine.names.insert((
+                    from_type.to_owned(),
+                    from_name.to_owned(),
+                    type_url.to_owned(),
+                    name.to_owned(),
+                ));
+                Dependency {
+                    from_type: from_type.to_owned(),
+                    from_name: from_name.into(),
+                    type_url,
+                    name: name.into(),
+                    nonce: None,
+                }
             })
             .collect();
         self.rollout.computed(
-            revision,
-            marked,
-            sent.iter().map(|(t, n)| (*t, n.as_str())),
-            held,
+            Computation {
+                epoch,
+                revision,
+                marked: &marked,
+                responses: &responses,
+                held: &held,
+                dependencies: &dependencies,
+            },
+            &self.machine,
         );
+    }
+
+    /// A computation that sent `sent`: `(type, names updated, names removed)`.
+    fn sent(&mut self, revision: u64, marked: &[u64], sent: &[(&'static str, &[&str], &[&str])]) {
+        self.step(
+            revision,
+            Step {
+                marked,
+                sent,
+                ..Step::default()
+            },
+        );
+    }
+
+    /// The client subscribes to `name` (it had not).
+    fn subscribe(&mut self, type_url: &'static str, name: &str) {
+        self.machine
+            .subscribed
+            .insert((type_url.to_owned(), name.to_owned()));
+    }
+
+    /// What the client was sent of `(type_url, name)` no longer names `(named_type, named)`.
+    fn unname(&mut self, type_url: &str, name: &str, named_type: &str, named: &str) {
+        self.machine.names.remove(&(
+            type_url.to_owned(),
+            name.to_owned(),
+            named_type.to_owned(),
+            named.to_owned(),
+        ));
+    }
+
+    /// The client unsubscribes from `names` (Delta).
+    fn unsubscribed(&mut self, type_url: &'static str, names: &[&str]) {
+        let names: Vec<String> = names.iter().map(|&n| n.to_owned()).collect();
+        self.rollout.unsubscribed(type_url, &names);
     }
 
     /// A heartbeat: sent, never computed.
@@ -82,6 +254,24 @@ impl std::ops::Deref for Client {
     fn deref(&self) -> &StreamRollout {
         &self.rollout
     }
+}
+
+/// One computation of a stream, for [`Client::step`].
+#[derive(Default)]
+struct Step<'a> {
+    /// The revisions it was told of.
+    marked: &'a [u64],
+    /// The types some of them changed for the stream, `(revision, types)`; every type for
+    /// a revision not listed.
+    changed: &'a [(u64, &'a [&'static str])],
+    /// Its responses, in order: `(type, names updated, names removed)` (the names count on
+    /// Delta; a SotW response carries the type's whole state).
+    sent: &'a [(&'static str, &'a [&'a str], &'a [&'a str])],
+    /// Removals held back: `(type, name, whether it became due in this computation)`.
+    held: &'a [(&'static str, &'a str, bool)],
+    /// What its responses' resources name that the client does not hold:
+    /// `(type, name, named type, named name)`.
+    needs: &'a [(&'static str, &'a str, &'static str, &'a str)],
 }
 
 fn record(r: &Rollouts, revision: u64) -> RolloutRecord {
@@ -198,7 +388,7 @@ fn memory_is_bounded() {
         dispatch(&r, n, 1);
         a.computed(n, &[n], &[CDS]);
     }
-    assert!(a.concerns.len() <= MAX_CONCERNS);
+    assert!(a.open_revisions() <= MAX_CONCERNS);
     assert_eq!(r.get(1), Known::Forgotten { oldest: 11 });
     assert_eq!(r.get(5000), Known::NotYet);
     // The oldest followed revisions were given up, counted as gone.
@@ -223,26 +413,6 @@ fn an_ack_of_an_older_delta_response_accepts_only_its_revision() {
     a.nacked(CDS, "n", "bad");
     assert_eq!(counts(&record(&r, 6)), (0, 1, 0, 1, 0, 0));
     assert_eq!(a.versions(CDS), Some((5, 6)));
-}
-
-#[test]
-fn a_revision_of_held_back_removals_waits_for_them() {
-    let r = Arc::new(Rollouts::default());
-    let mut a = Client::new(r.clone(), 1);
-    dispatch(&r, 1, 1);
-    a.computed(1, &[1], &[CDS]);
-    // Revision 2 deletes a listener while the CDS response is unanswered: nothing sent.
-    dispatch(&r, 2, 1);
-    a.computed_holding(2, &[2], &[], &[(LDS, true)]);
-    assert_eq!(counts(&record(&r, 2)), (0, 1, 0, 0, 1, 0));
-    // The CDS ACK releases the removal (sent from the request path), still pending.
-    a.acked(CDS);
-    assert_eq!(record(&r, 1).acked, 1);
-    assert_eq!(record(&r, 2).pending, 1);
-    a.computed_holding(2, &[], &[LDS], &[]);
-    assert_eq!(record(&r, 2).pending, 1);
-    a.acked(LDS);
-    assert_eq!(counts(&record(&r, 2)), (0, 1, 1, 0, 0, 0));
 }
 
 #[test]
@@ -306,113 +476,6 @@ fn a_stream_refusing_every_revision_leaves_one_text_per_revision() {
     assert_eq!(record(&r, 6).nacked, 1);
 }
 
-/// Review finding 1: on Delta, a refusal releases the removals it no longer holds back;
-/// they go as a response computed from the refused revision, and the client's ACK of
-/// them accepts the removals, not the refused update.
-#[test]
-fn delta_an_ack_of_the_removals_a_refusal_released_does_not_undo_it() {
-    let r = Arc::new(Rollouts::default());
-    let mut a = Client::delta(r.clone(), 1);
-    dispatch(&r, 1, 1);
-    a.computed(1, &[1], &[CDS]);
-    a.acked(CDS);
-    // Revision 2 updates one cluster and deletes another: the update goes, the removal
-    // waits for its answer.
-    dispatch(&r, 2, 1);
-    a.computed_holding(2, &[2], &[CDS], &[(CDS, true)]);
-    let update = a.latest[CDS];
-    // The NACK releases the removal, sent by the computation that follows it; the refusal
-    // is recorded after that computation (see `service::record_refusals`).
-    a.computed(2, &[], &[CDS]);
-    a.rollout.nacked(CDS, Some(update), "n", "bad");
-    assert_eq!(counts(&record(&r, 2)), (0, 1, 0, 1, 0, 0));
-    // The client takes the removal.
-    a.acked(CDS);
-    let two = record(&r, 2);
-    assert_eq!(counts(&two), (0, 1, 0, 1, 0, 0));
-    assert_eq!(two.nacks.len(), 1);
-    assert_eq!(a.versions(CDS), Some((1, 2)));
-    // A later revision the client accepts settles it, as ever.
-    dispatch(&r, 3, 1);
-    a.computed(3, &[3], &[CDS]);
-    a.acked(CDS);
-    assert_eq!(counts(&record(&r, 2)), (0, 1, 1, 0, 0, 0));
-}
-
-/// On SotW the response after a refusal carries the type's whole state, so accepting it
-/// accepts what the refused revision left in place.
-#[test]
-fn sotw_an_ack_of_a_later_whole_state_at_the_refused_revision_accepts_it() {
-    let r = Arc::new(Rollouts::default());
-    let mut a = Client::new(r.clone(), 1);
-    dispatch(&r, 1, 1);
-    a.computed(1, &[1], &[CDS]);
-    let refused = a.latest[CDS];
-    a.rollout.nacked(CDS, Some(refused), "n", "bad");
-    assert_eq!(record(&r, 1).nacked, 1);
-    a.computed(1, &[], &[CDS]);
-    a.acked(CDS);
-    assert_eq!(counts(&record(&r, 1)), (0, 1, 1, 0, 0, 0));
-}
-
-/// Review finding 5: removals held back stop being due without anything going (the
-/// resource came back, the client unsubscribed): the revision waited for nothing more
-/// than what its client already accepted.
-#[test]
-fn a_revision_whose_held_back_removals_are_no_longer_due_completes() {
-    let r = Arc::new(Rollouts::default());
-    let mut a = Client::new(r.clone(), 1);
-    dispatch(&r, 1, 1);
-    a.computed(1, &[1], &[CDS]);
-    dispatch(&r, 2, 1);
-    a.computed_holding(2, &[2], &[LDS], &[(CDS, true)]);
-    a.acked(LDS);
-    a.acked(CDS);
-    assert_eq!(counts(&record(&r, 2)), (0, 1, 0, 0, 1, 0));
-    // Revision 3 puts the deleted resource back as the client holds it: nothing to send,
-    // nothing to remove.
-    dispatch(&r, 3, 1);
-    a.computed_holding(3, &[3], &[], &[]);
-    assert_eq!(counts(&record(&r, 2)), (0, 1, 1, 0, 0, 0));
-}
-
-const RDS: &str = "type.googleapis.com/envoy.config.route.v3.RouteConfiguration";
-
-/// Review finding 5: held-back removals are their type's and their revision's: a later
-/// revision that removes nothing does not wait for them, what else goes meanwhile is not
-/// theirs, and an ACK of the type at their revision is not the ACK of their response.
-#[test]
-fn held_back_removals_belong_to_their_revision_and_type() {
-    let r = Arc::new(Rollouts::default());
-    let mut a = Client::new(r.clone(), 1);
-    dispatch(&r, 1, 1);
-    a.computed(1, &[1], &[CDS]);
-    // Revision 2 deletes a listener while the CDS response is unanswered.
-    dispatch(&r, 2, 1);
-    a.computed_holding(2, &[2], &[], &[(LDS, true)]);
-    // Revision 3 updates a route; the listener's removal still waits.
-    dispatch(&r, 3, 1);
-    a.computed_holding(3, &[3], &[RDS], &[(LDS, false)]);
-    a.acked(RDS);
-    assert_eq!(counts(&record(&r, 3)), (0, 1, 1, 0, 0, 0));
-    assert_eq!(record(&r, 2).pending, 1);
-    // Revision 4 updates a listener, accepted before the removal goes.
-    dispatch(&r, 4, 1);
-    a.computed_holding(4, &[4], &[LDS], &[(LDS, false)]);
-    a.acked(CDS);
-    // The removal goes (with a route update of revision 4's, which is not revision 2's).
-    a.computed_holding(4, &[], &[RDS, LDS], &[]);
-    let removal = a.latest[LDS];
-    a.acked(RDS);
-    assert_eq!(record(&r, 2).pending, 1);
-    // The listener update's ACK (revision 4 is later than 2) does not accept the removal.
-    a.rollout.acked(LDS, Some(removal - 2));
-    assert_eq!(record(&r, 4).acked, 1);
-    assert_eq!(record(&r, 2).pending, 1);
-    a.acked(LDS);
-    assert_eq!(counts(&record(&r, 2)), (0, 1, 1, 0, 0, 0));
-}
-
 fn snapshot(epoch: u64, revision: u64) -> Arc<vxds_store::Snapshot> {
     let mut snapshot = vxds_store::Snapshot::default();
     snapshot.epoch = epoch;
@@ -468,8 +531,11 @@ fn marks_of_an_epoch_before_a_reload_do_not_count_in_the_next() {
     // The other computes, from the new epoch, with what its inbox held.
     let marked = b.inbox.take();
     assert_eq!(
-        (marked.revisions_epoch, &marked.revisions[..]),
-        (1, &[8, 9][..])
+        (
+            marked.revisions_epoch,
+            marked.revisions.iter().map(|(r, _)| *r).collect::<Vec<_>>()
+        ),
+        (1, vec![8, 9])
     );
     drop(b);
 }
@@ -487,12 +553,23 @@ fn a_computation_told_of_an_old_epoch_decides_nothing_in_the_new() {
     r.marked(9);
     r.published(9);
     // `a` took its old mark of 9 before the reload and computes from the old snapshot.
-    a.rollout
-        .computed_in(0, 9, &[(0, 9)], std::iter::empty::<(&str, &str)>(), &[]);
+    let old_mark = [Mark {
+        epoch: 0,
+        revision: 9,
+        types: TypeMask::ALL,
+    }];
+    let computation = |epoch| Computation {
+        epoch,
+        revision: 9,
+        marked: &old_mark,
+        responses: &[],
+        held: &[],
+        dependencies: &[],
+    };
+    a.rollout.computed(computation(0), &Machine::default());
     assert_eq!(counts(&record(&r, 9)), (1, 0, 0, 0, 0, 0));
     // Or from the new one.
-    a.rollout
-        .computed_in(1, 9, &[(0, 9)], std::iter::empty::<(&str, &str)>(), &[]);
+    a.rollout.computed(computation(1), &Machine::default());
     assert_eq!(counts(&record(&r, 9)), (1, 0, 0, 0, 0, 0));
 }
 
@@ -515,4 +592,24 @@ fn a_shared_record_says_which_revisions_it_counts() {
     for n in 5..=7 {
         assert_eq!(counts(&record(&r, n)), counts(seven));
     }
+}
+
+/// Review C: after a reload, a stream of the old epoch that leaves counts nothing as gone in
+/// the new epoch's record of the same number.
+#[test]
+fn a_stream_leaving_after_a_reload_counts_nothing_in_the_new_epoch() {
+    let r = Arc::new(Rollouts::default());
+    let mut a = Client::new(r.clone(), 1);
+    dispatch(&r, 8, 1);
+    a.computed(8, &[8], &[CDS]);
+    // Failover: the database went back to 7, and 8 is written again.
+    r.dispatching_in(1, 8, 7, Some(now_ms()));
+    r.dispatching_in(1, 7, 8, Some(now_ms()));
+    r.marked(8);
+    r.published(8);
+    let mut b = Client::new(r.clone(), 2);
+    b.computed(8, &[8], &[CDS]);
+    assert_eq!(counts(&record(&r, 8)), (0, 1, 0, 0, 1, 0));
+    drop(a);
+    assert_eq!(counts(&record(&r, 8)), (0, 1, 0, 0, 1, 0));
 }

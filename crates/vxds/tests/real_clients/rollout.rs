@@ -1,7 +1,9 @@
 //! Safe rollouts with a real Envoy: `vxds apply --wait` exits 0 once Envoy accepted the change
 //! (and serves it), 1 naming the node and Envoy's own text when it refuses one (a listener on
 //! a port already in use), and with `--revert-on-nack` puts the previous state back as a new
-//! revision that Envoy accepts; `vxds rollout status` of each revision agrees.
+//! revision that Envoy accepts; `vxds rollout status` of each revision agrees. A new listener
+//! whose route Envoy fetches by RDS after ACKing the listener is rolled out once that route is
+//! accepted, and refused when Envoy refuses the route.
 
 use std::process::Output;
 
@@ -249,4 +251,133 @@ async fn apply_waits_for_envoy_fails_on_its_refusal_and_reverts_it() {
         "{metrics}"
     );
     drop(taken);
+}
+
+/// A listener `name` on `port` whose connection manager loads the route configuration
+/// `route` by RDS over ADS: Envoy warms it until the route is in.
+fn rds_listener(name: &str, port: u16, route: &str) -> Value {
+    json!({"type": "listener", "name": name, "variants": [{"resource": {
+        "@type": LISTENER,
+        "name": name,
+        "address": {"socket_address": {"address": "127.0.0.1", "port_value": port}},
+        "filter_chains": [{"filters": [{"name": "envoy.filters.network.http_connection_manager", "typed_config": {
+            "@type": "type.googleapis.com/envoy.extensions.filters.network.http_connection_manager.v3.HttpConnectionManager",
+            "stat_prefix": name,
+            "rds": {"route_config_name": route, "config_source": {"ads": {}, "resource_api_version": "V3"}},
+            "http_filters": [{"name": "envoy.filters.http.router", "typed_config": {
+                "@type": "type.googleapis.com/envoy.extensions.filters.http.router.v3.Router"}}],
+        }}]}],
+    }}]})
+}
+
+/// The route configuration `name`: a virtual host per entry of `hosts` (its domains), each
+/// routing to the backend and answering with `x-vxds-variant: tag`.
+fn tagged_route(name: &str, tag: &str, hosts: &[&[&str]]) -> Value {
+    let virtual_hosts: Vec<Value> = hosts
+        .iter()
+        .enumerate()
+        .map(|(i, domains)| {
+            json!({"name": format!("host{i}"), "domains": domains, "routes": [
+                {"match": {"prefix": "/"}, "route": {"cluster": "backend"}},
+            ]})
+        })
+        .collect();
+    json!({"type": "route", "name": name, "variants": [{"resource": {
+        "@type": ROUTE,
+        "name": name,
+        "response_headers_to_add": [{"header": {"key": "x-vxds-variant", "value": tag}}],
+        "virtual_hosts": virtual_hosts,
+    }}]})
+}
+
+/// Envoy ACKs a new listener while it warms, then fetches the route it names by RDS: `apply
+/// --wait` exits 0 only once that route is accepted too (the listener serves by then), and 1
+/// naming the node and Envoy's text when Envoy refuses the route (duplicate domains).
+async fn apply_waits_for_the_route_a_new_listener_fetches(ads: Ads, node: &'static str) {
+    let _ = rustls::crypto::ring::default_provider().install_default();
+    let dir = tempfile::tempdir().unwrap();
+    let backend_port = start_backend().await;
+    let (_vxds, admin, xds_port) = start_vxds(dir.path(), &[]);
+    let client = reqwest::Client::new();
+    let port = free_port();
+    let mut ops = backend(backend_port);
+    let mut first = tagged_listener("http", port, "v1");
+    first["op"] = json!("put");
+    ops.push(first);
+    apply(&client, &admin, ops).await;
+    let _envoy = start_envoy(dir.path(), node, ads, xds_port, "prod", "a");
+    wait_for_variant(&client, port, "v1").await;
+
+    // A listener and the route it loads by RDS, in one revision: complete once Envoy
+    // accepted the route, so the listener serves right away.
+    let web = free_port();
+    let accepted = apply_file(
+        dir.path(),
+        &admin,
+        "web.json",
+        &[
+            rds_listener("web", web, "web-route"),
+            tagged_route("web-route", "r1", &[&["*"]]),
+        ],
+        &["--wait", "30s"],
+    );
+    assert_eq!(accepted.status.code(), Some(0));
+    assert!(
+        stdout(&accepted).contains("1/1 streams accepted"),
+        "{}",
+        stdout(&accepted)
+    );
+    serves_now(web, "r1").await;
+
+    // The route alone changes: complete once Envoy accepted it.
+    let changed = apply_file(
+        dir.path(),
+        &admin,
+        "web-r2.json",
+        &[tagged_route("web-route", "r2", &[&["*"]])],
+        &["--wait", "30s"],
+    );
+    assert_eq!(changed.status.code(), Some(0));
+    serves_now(web, "r2").await;
+
+    // A listener whose route Envoy refuses: its ACK of the listener is not the end of it.
+    let dup = free_port();
+    let refused = apply_file(
+        dir.path(),
+        &admin,
+        "dup.json",
+        &[
+            rds_listener("dup", dup, "dup-route"),
+            tagged_route("dup-route", "d", &[&["a.example"], &["a.example"]]),
+        ],
+        &["--wait", "30s"],
+    );
+    assert_eq!(refused.status.code(), Some(1));
+    let text = stdout(&refused);
+    assert!(text.contains(&format!("refused by node {node}")), "{text}");
+    assert!(
+        text.contains("Only unique values for domains are permitted"),
+        "{text}"
+    );
+    let revision = committed(&refused);
+    let rollout = get_json(&client, &format!("{admin}/v1/revisions/{revision}/rollout")).await;
+    assert_eq!(rollout["streams"], 1, "{rollout}");
+    assert_eq!(rollout["nacked"], 1, "{rollout}");
+    assert_eq!(rollout["nacks"][0]["type_url"], ROUTE, "{rollout}");
+    assert_eq!(
+        vxds(&admin, &["rollout", "status", &revision.to_string()])
+            .status
+            .code(),
+        Some(1)
+    );
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn apply_waits_for_the_route_a_new_listener_fetches_over_sotw() {
+    apply_waits_for_the_route_a_new_listener_fetches(Ads::Sotw, "envoy-rds-sotw").await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn apply_waits_for_the_route_a_new_listener_fetches_over_delta() {
+    apply_waits_for_the_route_a_new_listener_fetches(Ads::Delta, "envoy-rds-delta").await;
 }

@@ -60,6 +60,13 @@ impl Accepted {
         self.items.contains_key(key)
     }
 
+    /// Whether it holds variants of `name` (locator subscriptions), found by range.
+    pub(crate) fn has_variants(&self, name: &Arc<str>) -> bool {
+        let first = ItemKey::Variant(name.clone(), vxds_core::ConstraintsId::MIN);
+        let last = ItemKey::Variant(name.clone(), vxds_core::ConstraintsId::MAX);
+        self.items.range(first..=last).next().is_some()
+    }
+
     pub(crate) fn iter(&self) -> std::collections::btree_map::Iter<'_, ItemKey, Item> {
         self.items.iter()
     }
@@ -274,6 +281,20 @@ impl TypeState {
             .sent
             .values()
             .any(|sent| matches!(sent, Sent::Reported(_)));
+    }
+
+    /// The newest unanswered response that carries something under `name` (by name or as a
+    /// variant): rollout tracking waits for its answer.
+    pub(crate) fn in_flight_carrying(&self, name: &Arc<str>) -> Option<u64> {
+        let matches = |k: &ItemKey| Arc::ptr_eq(k.name(), name) || k.name() == name;
+        self.unacked
+            .iter()
+            .rev()
+            .find(|(_, carried)| match carried {
+                Carried::Changes(changes) => changes.iter().any(|(k, _)| matches(k)),
+                Carried::State(state, _) => state.iter().any(|(k, _)| matches(k)),
+            })
+            .map(|(seq, _)| *seq)
     }
 
     /// The accepted items, for the NACK scope's references.

@@ -75,9 +75,11 @@ impl TypeState {
         let due: BTreeSet<ItemKey> = self.pending_removals().cloned().collect();
         self.removal_stamps.retain(|k, _| due.contains(k));
         for key in due {
-            if let std::collections::btree_map::Entry::Vacant(v) = self.removal_stamps.entry(key) {
+            if let std::collections::btree_map::Entry::Vacant(v) =
+                self.removal_stamps.entry(key.clone())
+            {
                 v.insert(seq);
-                self.removals_due_now = true;
+                self.removals_due_now.push(key);
             }
         }
     }
@@ -247,7 +249,7 @@ impl TypeState {
     }
 
     /// Whether the desired state holds something under `name`, by name or as a variant.
-    fn desires_name(&self, name: &Arc<str>) -> bool {
+    pub(super) fn desires_name(&self, name: &Arc<str>) -> bool {
         let first = ItemKey::Variant(name.clone(), vxds_core::ConstraintsId::MIN);
         let last = ItemKey::Variant(name.clone(), vxds_core::ConstraintsId::MAX);
         self.desired.contains_key(&ItemKey::Name(name.clone()))
@@ -335,6 +337,9 @@ impl TypeState {
                 }
             }
             for (key, sent) in changed {
+                if let Sent::Delivered(item) = &sent {
+                    self.note_referencing(&key, item);
+                }
                 self.log_held(&key, Some(sent));
             }
             return;
@@ -351,6 +356,7 @@ impl TypeState {
         for (key, item) in state {
             let same = matches!(self.sent.get(key), Some(Sent::Delivered(held)) if held.same(item));
             if !same {
+                self.note_referencing(key, item);
                 self.send(key.clone(), Sent::Delivered(item.clone()));
             }
         }
@@ -366,6 +372,7 @@ impl TypeState {
         let mut response = DeltaResponse::default();
         let mut carried: Vec<(ItemKey, Option<Item>)> = Vec::new();
         for (key, item) in upserts {
+            self.note_referencing(&key, &item);
             response.resources.push(item.wrapped(key.name()));
             carried.push((key.clone(), Some(item.clone())));
             self.send(key.clone(), Sent::Delivered(item));
