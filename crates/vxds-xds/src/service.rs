@@ -15,11 +15,11 @@ use std::time::{Duration, SystemTime, UNIX_EPOCH};
 
 use tokio::sync::mpsc;
 use tokio_stream::wrappers::ReceiverStream;
-use tonic::codec::{BufferSettings, Codec};
+use tonic::codec::{BufferSettings, Codec, DecodeBuf, Decoder};
 use tonic::codegen::{Body, BoxFuture, StdError, http};
 use tonic::server::{Grpc, NamedService, StreamingService, UnaryService};
 use tonic::{Request, Response as GrpcResponse, Status, Streaming};
-use tonic_prost::{ProstCodec, ProstDecoder, ProstEncoder};
+use tonic_prost::{ProstCodec, ProstEncoder};
 use tracing::{debug, warn};
 use vxds_envoy::pb::envoy::service::discovery::v3::{DeltaDiscoveryRequest, DiscoveryRequest};
 
@@ -31,7 +31,7 @@ use crate::metrics::{PerType, StreamLabels, TypeCounters, XdsMetrics};
 use crate::registry::Registry;
 use crate::rollout::StreamRollout;
 use crate::types::{Method, ServiceSpec};
-use crate::wire::{DeltaResponse, SotwResponse};
+use crate::wire::{self, DeltaResponse, FastDecode, SotwResponse};
 
 /// Prost's codec with small starting buffers. A stream keeps one encode and one decode buffer
 /// for its whole life; tonic's 8 KiB defaults cost 16 KiB per stream, 160 MiB for ten thousand
@@ -51,19 +51,38 @@ fn stream_buffers() -> BufferSettings {
 impl<T, U> Codec for StreamCodec<T, U>
 where
     T: prost::Message + Send + 'static,
-    U: prost::Message + Default + Send + 'static,
+    U: FastDecode + Send + 'static,
 {
     type Encode = T;
     type Decode = U;
     type Encoder = ProstEncoder<T>;
-    type Decoder = ProstDecoder<U>;
+    type Decoder = RequestDecoder<U>;
 
     fn encoder(&mut self) -> Self::Encoder {
         ProstCodec::<T, U>::raw_encoder(stream_buffers())
     }
 
     fn decoder(&mut self) -> Self::Decoder {
-        ProstCodec::<T, U>::raw_decoder(stream_buffers())
+        RequestDecoder(PhantomData)
+    }
+}
+
+/// Prost's decoder, with answers (most requests) read by hand: [`wire::decode_request`].
+/// Errors are prost's, as tonic's `ProstDecoder` reports them (`INTERNAL`, prost's text).
+struct RequestDecoder<U>(PhantomData<U>);
+
+impl<U: FastDecode> Decoder for RequestDecoder<U> {
+    type Item = U;
+    type Error = Status;
+
+    fn decode(&mut self, buf: &mut DecodeBuf<'_>) -> Result<Option<U>, Status> {
+        wire::decode_request(buf)
+            .map(Some)
+            .map_err(|error| Status::internal(error.to_string()))
+    }
+
+    fn buffer_settings(&self) -> BufferSettings {
+        stream_buffers()
     }
 }
 
