@@ -9,9 +9,7 @@
 use std::sync::Arc;
 
 use bytes::{Buf, BufMut, Bytes};
-use prost::encoding::{
-    DecodeContext, WireType, encode_key, encode_varint, encoded_len_varint, key_len, skip_field,
-};
+use prost::encoding::{DecodeContext, WireType, encoded_len_varint, key_len, skip_field};
 use prost::{DecodeError, Message};
 
 use vxds_envoy::pb::envoy::service::discovery::v3::{DeltaDiscoveryRequest, DiscoveryRequest};
@@ -22,9 +20,33 @@ fn delimited_len(tag: u32, len: usize) -> usize {
     key_len(tag) + encoded_len_varint(len as u64) + len
 }
 
+/// A varint into `out` (room for ten bytes); how many bytes it took.
+#[inline]
+fn varint_into(mut value: u64, out: &mut [u8]) -> usize {
+    let mut at = 0;
+    while value >= 0x80 {
+        out[at] = (value as u8) | 0x80;
+        value >>= 7;
+        at += 1;
+    }
+    out[at] = value as u8;
+    at + 1
+}
+
+/// A length-delimited field's key and length into `out` (room for fifteen bytes).
+#[inline]
+fn header_into(tag: u32, len: usize, out: &mut [u8]) -> usize {
+    let at = varint_into(u64::from(tag << 3 | WireType::LengthDelimited as u32), out);
+    at + varint_into(len as u64, &mut out[at..])
+}
+
+/// Headers and short fields are put whole, each with one `put_slice`: prost's `encode_varint`
+/// puts a byte at a time, and every `put_u8` into tonic's buffer costs as much as a
+/// `put_slice` (its room checked, its length moved).
 fn put_delimited_header(tag: u32, len: usize, buf: &mut impl BufMut) {
-    encode_key(tag, WireType::LengthDelimited, buf);
-    encode_varint(len as u64, buf);
+    let mut head = [0u8; 15];
+    let at = header_into(tag, len, &mut head);
+    buf.put_slice(&head[..at]);
 }
 
 fn string_len(tag: u32, s: &str) -> usize {
@@ -37,14 +59,23 @@ fn string_len(tag: u32, s: &str) -> usize {
 
 fn put_string(tag: u32, s: &str, buf: &mut impl BufMut) {
     if !s.is_empty() {
-        put_delimited_header(tag, s.len(), buf);
-        buf.put_slice(s.as_bytes());
+        put_bytes(tag, s.as_bytes(), buf);
     }
 }
 
+/// The longest field put with its header in one piece (type URLs, versions, nonces, names).
+const SHORT_FIELD: usize = 112;
+
 fn put_bytes(tag: u32, bytes: &[u8], buf: &mut impl BufMut) {
-    put_delimited_header(tag, bytes.len(), buf);
-    buf.put_slice(bytes);
+    if bytes.len() <= SHORT_FIELD {
+        let mut field = [0u8; 15 + SHORT_FIELD];
+        let at = header_into(tag, bytes.len(), &mut field);
+        field[at..at + bytes.len()].copy_from_slice(bytes);
+        buf.put_slice(&field[..at + bytes.len()]);
+    } else {
+        put_delimited_header(tag, bytes.len(), buf);
+        buf.put_slice(bytes);
+    }
 }
 
 /// How a resource is named in a `Resource` wrapper.
@@ -87,15 +118,17 @@ fn duration_len(d: std::time::Duration) -> usize {
 }
 
 fn put_duration(tag: u32, d: std::time::Duration, buf: &mut impl BufMut) {
-    put_delimited_header(tag, duration_len(d), buf);
+    let mut field = [0u8; 15 + 11 + 6];
+    let mut at = header_into(tag, duration_len(d), &mut field);
     if d.as_secs() != 0 {
-        encode_key(1, WireType::Varint, buf);
-        encode_varint(d.as_secs(), buf);
+        field[at] = 1 << 3; // seconds, a varint
+        at += 1 + varint_into(d.as_secs(), &mut field[at + 1..]);
     }
     if d.subsec_nanos() != 0 {
-        encode_key(2, WireType::Varint, buf);
-        encode_varint(u64::from(d.subsec_nanos()), buf);
+        field[at] = 2 << 3; // nanos, a varint
+        at += 1 + varint_into(u64::from(d.subsec_nanos()), &mut field[at + 1..]);
     }
+    buf.put_slice(&field[..at]);
 }
 
 impl Wrapped {
@@ -352,10 +385,10 @@ fn answer_fields<'a>(bytes: &'a [u8], mut take: impl FnMut(u64, &'a str) -> bool
     Some(())
 }
 
-/// Prost's string merge: a repeated occurrence replaces the value.
+/// Prost's string merge: a repeated occurrence replaces the value (allocated to size: no
+/// reserve and growth, as a `clear` and `push_str` would take).
 fn set(field: &mut String, text: &str) {
-    field.clear();
-    field.push_str(text);
+    *field = text.to_owned();
 }
 
 impl FastDecode for DeltaDiscoveryRequest {
@@ -549,8 +582,61 @@ mod tests {
         assert_eq!(h.ttl.unwrap().seconds, 30);
     }
 
+    #[test]
+    fn long_fields_and_lengths_encode_as_prost_reads_them() {
+        // Fields on either side of the one-piece limit, lengths of one to three bytes.
+        for n in [0, 1, 111, 112, 113, 127, 128, 300, 20_000] {
+            let long = "x".repeat(n);
+            let response = DeltaResponse {
+                system_version_info: long.clone(),
+                resources: vec![Wrapped {
+                    name: long.as_str().into(),
+                    naming: Naming::Legacy,
+                    version: long.as_str().into(),
+                    body: Some(body(&long)),
+                    ttl: Some(std::time::Duration::new(
+                        u64::from(u32::MAX) + 5,
+                        999_999_999,
+                    )),
+                }],
+                type_url: long.clone(),
+                nonce: long.clone(),
+                removed_resources: vec![long.clone(), String::new()],
+                removed_resource_names: vec![RemovedName {
+                    name: long.clone(),
+                    constraints: Some(Bytes::from(constraints().encode_to_vec())),
+                }],
+            };
+            let bytes = response.encode_to_vec();
+            assert_eq!(bytes.len(), response.encoded_len());
+            let decoded = DeltaDiscoveryResponse::decode(bytes.as_slice()).unwrap();
+            assert_eq!(decoded.system_version_info, long);
+            assert_eq!(
+                (decoded.type_url.as_str(), decoded.nonce.as_str()),
+                (long.as_str(), long.as_str())
+            );
+            assert_eq!(decoded.removed_resources, vec![long.clone(), String::new()]);
+            assert_eq!(decoded.removed_resource_names[0].name, long);
+            let r = &decoded.resources[0];
+            assert_eq!(
+                (r.name.as_str(), r.version.as_str()),
+                (long.as_str(), long.as_str())
+            );
+            assert_eq!(
+                r.resource.as_ref().unwrap().encode_to_vec(),
+                body(&long).to_vec()
+            );
+            let ttl = r.ttl.unwrap();
+            assert_eq!(
+                (ttl.seconds, ttl.nanos),
+                (i64::from(u32::MAX) + 5, 999_999_999)
+            );
+        }
+    }
+
     mod requests {
         use super::*;
+        use prost::encoding::{encode_key, encode_varint};
         use vxds_envoy::pb::envoy::config::core::v3::Node;
         use vxds_envoy::pb::envoy::service::discovery::v3::{
             DeltaDiscoveryRequest, DiscoveryRequest, ResourceLocator,
