@@ -666,7 +666,17 @@ async fn run_stream<Req, Resp>(
     tokio::pin!(heartbeat_due);
 
     loop {
+        // In a fixed order (`biased`): an unbiased select draws a random number on every poll
+        // to pick where to start. Endings first; then requests, which every turn is nearly
+        // always for, and which catch up with the inbox as they go, so neither the inbox nor
+        // the heartbeat waits behind them for long (a client's requests are rate-limited).
         let responses = tokio::select! {
+            biased;
+            () = &mut left => break,
+            reason = &mut closing => {
+                end_closing(&out, reason).await;
+                break;
+            }
             message = requests.message() => match message {
                 Ok(Some(request)) if !answers_response(&request, &mut answers_owed) && !budget.take() => {
                     // A client in a tight loop: it gets no more of a core than its share.
@@ -759,11 +769,6 @@ async fn run_stream<Req, Resp>(
                     counters.get(&shared.metrics, PerType::Heartbeats, beat.type_url()).inc();
                 }
                 beats
-            }
-            () = &mut left => break,
-            reason = &mut closing => {
-                end_closing(&out, reason).await;
-                break;
             }
         };
         for response in responses {
