@@ -469,11 +469,14 @@ impl Registry {
         machine: &mut StreamMachine,
         revisions: &mut impl Extend<Mark>,
     ) -> Arc<Snapshot> {
-        let mut published = self.published.subscribe();
+        // Subscribed only to wait: nearly every call (after every request and every mark)
+        // finds its revision published, and a receiver made and dropped each time cost two
+        // atomic counts and, on the last one's drop, a wake of the sender's waiters.
+        let mut published: Option<watch::Receiver<Arc<Snapshot>>> = None;
         loop {
             // Snapshot first, then the inbox: every mark up to its revision is in the inbox
             // by the time it is published.
-            let snapshot = published.borrow_and_update().clone();
+            let snapshot = self.published.borrow().clone();
             let marked = inbox.take();
             revisions.extend(marked.revisions.iter().map(|&(revision, types)| Mark {
                 epoch: marked.revisions_epoch,
@@ -489,6 +492,7 @@ impl Registry {
             }
             // Marked for a revision still being dispatched: wait for it, then look again.
             if published
+                .get_or_insert_with(|| self.published.subscribe())
                 .wait_for(|s| (s.epoch, s.revision) >= (marked.epoch, marked.revision))
                 .await
                 .is_err()

@@ -15,11 +15,11 @@ use std::time::{Duration, SystemTime, UNIX_EPOCH};
 
 use tokio::sync::mpsc;
 use tokio_stream::wrappers::ReceiverStream;
-use tonic::codec::{BufferSettings, Codec};
+use tonic::codec::{BufferSettings, Codec, DecodeBuf, Decoder};
 use tonic::codegen::{Body, BoxFuture, StdError, http};
 use tonic::server::{Grpc, NamedService, StreamingService, UnaryService};
 use tonic::{Request, Response as GrpcResponse, Status, Streaming};
-use tonic_prost::{ProstCodec, ProstDecoder, ProstEncoder};
+use tonic_prost::{ProstCodec, ProstEncoder};
 use tracing::{debug, warn};
 use vxds_envoy::pb::envoy::service::discovery::v3::{DeltaDiscoveryRequest, DiscoveryRequest};
 
@@ -31,7 +31,7 @@ use crate::metrics::{PerType, StreamLabels, TypeCounters, XdsMetrics};
 use crate::registry::Registry;
 use crate::rollout::StreamRollout;
 use crate::types::{Method, ServiceSpec};
-use crate::wire::{DeltaResponse, SotwResponse};
+use crate::wire::{self, DeltaResponse, FastDecode, SotwResponse};
 
 mod tracking;
 
@@ -55,19 +55,38 @@ fn stream_buffers() -> BufferSettings {
 impl<T, U> Codec for StreamCodec<T, U>
 where
     T: prost::Message + Send + 'static,
-    U: prost::Message + Default + Send + 'static,
+    U: FastDecode + Send + 'static,
 {
     type Encode = T;
     type Decode = U;
     type Encoder = ProstEncoder<T>;
-    type Decoder = ProstDecoder<U>;
+    type Decoder = RequestDecoder<U>;
 
     fn encoder(&mut self) -> Self::Encoder {
         ProstCodec::<T, U>::raw_encoder(stream_buffers())
     }
 
     fn decoder(&mut self) -> Self::Decoder {
-        ProstCodec::<T, U>::raw_decoder(stream_buffers())
+        RequestDecoder(PhantomData)
+    }
+}
+
+/// Prost's decoder, with answers (most requests) read by hand: [`wire::decode_request`].
+/// Errors are prost's, as tonic's `ProstDecoder` reports them (`INTERNAL`, prost's text).
+struct RequestDecoder<U>(PhantomData<U>);
+
+impl<U: FastDecode> Decoder for RequestDecoder<U> {
+    type Item = U;
+    type Error = Status;
+
+    fn decode(&mut self, buf: &mut DecodeBuf<'_>) -> Result<Option<U>, Status> {
+        wire::decode_request(buf)
+            .map(Some)
+            .map_err(|error| Status::internal(error.to_string()))
+    }
+
+    fn buffer_settings(&self) -> BufferSettings {
+        stream_buffers()
     }
 }
 
@@ -538,7 +557,17 @@ async fn run_stream<Req, Resp>(
     tokio::pin!(heartbeat_due);
 
     loop {
+        // In a fixed order (`biased`): an unbiased select draws a random number on every poll
+        // to pick where to start. Endings first; then requests, which every turn is nearly
+        // always for, and which catch up with the inbox as they go, so neither the inbox nor
+        // the heartbeat waits behind them for long (a client's requests are rate-limited).
         let responses = tokio::select! {
+            biased;
+            () = &mut left => break,
+            reason = &mut closing => {
+                end_closing(&out, reason).await;
+                break;
+            }
             message = requests.message() => match message {
                 Ok(Some(request)) if !answers_response(&request, &mut answers_owed) && !budget.take() => {
                     // A client in a tight loop: it gets no more of a core than its share.
@@ -636,11 +665,6 @@ async fn run_stream<Req, Resp>(
                     counters.get(&shared.metrics, PerType::Heartbeats, beat.type_url()).inc();
                 }
                 beats
-            }
-            () = &mut left => break,
-            reason = &mut closing => {
-                end_closing(&out, reason).await;
-                break;
             }
         };
         for response in responses {

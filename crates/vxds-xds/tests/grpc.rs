@@ -253,6 +253,7 @@ on_both_backends!(
     a_client_that_leaves_leaves_nothing_behind,
     csds_and_the_registry_show_acks_and_nacks,
     oversized_requests_fail_clearly,
+    requests_read_by_hand_and_undecodable_ones_fail_as_before,
     shutdown_ends_streams_with_unavailable,
     heartbeats_renew_ttls_only_where_there_are_ttls,
 );
@@ -678,6 +679,122 @@ async fn oversized_requests_fail_clearly(db: TestDb) {
         error.message().contains("message length too large") || error.message().contains("larger"),
         "{error:?}"
     );
+}
+
+/// Requests as bytes: what the client library would never send.
+#[derive(Clone, Copy, Debug, Default)]
+struct RawCodec;
+
+#[derive(Debug)]
+struct RawEncoder;
+
+#[derive(Debug)]
+struct DeltaDecoder;
+
+impl tonic::codec::Encoder for RawEncoder {
+    type Item = Vec<u8>;
+    type Error = tonic::Status;
+
+    fn encode(
+        &mut self,
+        item: Vec<u8>,
+        buf: &mut tonic::codec::EncodeBuf<'_>,
+    ) -> Result<(), tonic::Status> {
+        bytes::BufMut::put_slice(buf, &item);
+        Ok(())
+    }
+}
+
+impl tonic::codec::Decoder for DeltaDecoder {
+    type Item = DeltaDiscoveryResponse;
+    type Error = tonic::Status;
+
+    fn decode(
+        &mut self,
+        buf: &mut tonic::codec::DecodeBuf<'_>,
+    ) -> Result<Option<DeltaDiscoveryResponse>, tonic::Status> {
+        DeltaDiscoveryResponse::decode(buf)
+            .map(Some)
+            .map_err(|e| tonic::Status::internal(e.to_string()))
+    }
+}
+
+impl tonic::codec::Codec for RawCodec {
+    type Encode = Vec<u8>;
+    type Decode = DeltaDiscoveryResponse;
+    type Encoder = RawEncoder;
+    type Decoder = DeltaDecoder;
+
+    fn encoder(&mut self) -> RawEncoder {
+        RawEncoder
+    }
+
+    fn decoder(&mut self) -> DeltaDecoder {
+        DeltaDecoder
+    }
+}
+
+/// A Delta ADS stream that sends `requests` as they are.
+async fn raw_delta(
+    server: &Server,
+    requests: Vec<Vec<u8>>,
+) -> Result<tonic::Streaming<DeltaDiscoveryResponse>, tonic::Status> {
+    let mut grpc = tonic::client::Grpc::new(server.channel.clone());
+    grpc.ready().await.unwrap();
+    let path = http::uri::PathAndQuery::from_static(
+        "/envoy.service.discovery.v3.AggregatedDiscoveryService/DeltaAggregatedResources",
+    );
+    let (tx, rx) = mpsc::channel(4);
+    for request in requests {
+        tx.send(request).await.unwrap();
+    }
+    // The sender stays open: the stream ends by the server's word.
+    std::mem::forget(tx);
+    grpc.streaming(tonic::Request::new(ReceiverStream::new(rx)), path, RawCodec)
+        .await
+        .map(tonic::Response::into_inner)
+}
+
+/// An answer's fields are read by hand, anything else by prost: a request of only a type
+/// (written twice, the last one counting) opens CDS's legacy wildcard as ever, and one whose
+/// nonce is not UTF-8 ends the stream with prost's error, as tonic's decoder reported it.
+async fn requests_read_by_hand_and_undecodable_ones_fail_as_before(db: TestDb) {
+    let server = Server::start(&db, XdsConfig::default()).await;
+    const CDS: &str = "type.googleapis.com/envoy.config.cluster.v3.Cluster";
+    server
+        .apply(json!([{"op": "put", "type": "cluster", "name": "c1", "variants": [{"resource":
+            {"@type": CDS, "name": "c1", "type": "EDS", "eds_cluster_config": {"eds_config": {"ads": {}}}}}]}]))
+        .await;
+    let field = |tag: u8, bytes: &[u8]| {
+        let mut b = vec![tag << 3 | 2, bytes.len() as u8];
+        b.extend_from_slice(bytes);
+        b
+    };
+    // CDS with nothing subscribed: the legacy wildcard (the type written twice, the last counts).
+    let mut first = field(2, ROUTE.as_bytes());
+    first.extend(field(2, CDS.as_bytes()));
+    let mut stream = raw_delta(&server, vec![first]).await.unwrap();
+    let response = tokio::time::timeout(WAIT, stream.message())
+        .await
+        .unwrap()
+        .unwrap()
+        .unwrap();
+    assert_eq!(response.type_url, CDS);
+    assert_eq!(response.resources.len(), 1);
+    assert_eq!(response.resources[0].name, "c1");
+
+    let mut bad = field(2, ROUTE.as_bytes());
+    bad.extend(field(6, b"\xff\xfe"));
+    let error = match raw_delta(&server, vec![bad]).await {
+        Err(status) => status,
+        Ok(mut stream) => tokio::time::timeout(WAIT, stream.message())
+            .await
+            .unwrap()
+            .unwrap_err(),
+    };
+    assert_eq!(error.code(), tonic::Code::Internal, "{error:?}");
+    let expected = DeltaDiscoveryRequest::decode(&field(6, b"\xff\xfe")[..]).unwrap_err();
+    assert!(error.message().contains(&expected.to_string()), "{error:?}");
 }
 
 async fn shutdown_ends_streams_with_unavailable(db: TestDb) {
