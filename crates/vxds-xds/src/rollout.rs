@@ -17,7 +17,9 @@ mod reconnect;
 mod stream;
 
 pub use reconnect::{MAX_PARKED_NODES, NodeKey, RECONNECT_GRACE};
-pub use stream::{Computation, Dependency, HeldRemoval, Mark, StreamRollout, Subscriptions};
+pub use stream::{
+    Computation, Dependency, HeldRemoval, Mark, NEED_GRACE, StreamRollout, Subscriptions,
+};
 
 use std::collections::BTreeMap;
 use std::sync::{Arc, Mutex};

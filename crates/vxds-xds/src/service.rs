@@ -555,6 +555,12 @@ async fn run_stream<Req, Resp>(
     tokio::pin!(marked_wait);
     let heartbeat_due = registration.heartbeat.notified();
     tokio::pin!(heartbeat_due);
+    // When the first of what a revision waits for and the client has not asked for stops
+    // being waited for (rollout tracking's grace): an idle stream wakes then, so that the
+    // revision settles. One timer, reset only when the deadline moves; none armed without.
+    let mut need_deadline: Option<tokio::time::Instant> = None;
+    let need_due = tokio::time::sleep_until(tokio::time::Instant::now());
+    tokio::pin!(need_due);
 
     loop {
         // In a fixed order (`biased`): an unbiased select draws a random number on every poll
@@ -658,6 +664,11 @@ async fn run_stream<Req, Resp>(
                 }
                 responses
             }
+            () = &mut need_due, if need_deadline.is_some() => {
+                need_deadline = None;
+                rollout.needs_expired();
+                Vec::new()
+            }
             () = &mut heartbeat_due => {
                 heartbeat_due.set(registration.heartbeat.notified());
                 let beats = machine.heartbeat(shared.registry.snapshot().revision, std::time::Instant::now());
@@ -697,6 +708,13 @@ async fn run_stream<Req, Resp>(
             let status = Box::new(Err(status));
             let _ = tokio::time::timeout(Duration::from_secs(1), out.send(status)).await;
             break;
+        }
+        let deadline = rollout.need_deadline();
+        if deadline != need_deadline {
+            if let Some(at) = deadline {
+                need_due.as_mut().reset(at);
+            }
+            need_deadline = deadline;
         }
         let ttl = machine.shortest_ttl();
         if ttl != ttl_registered {

@@ -178,6 +178,27 @@ pub const SERVICES: [ServiceSpec; 10] = [
     ),
 ];
 
+/// `type_url` as a `&'static str`: one of the constants above, or (a type the store serves
+/// that they do not name) a copy kept for good, one per type URL. Only for type URLs of
+/// resources the server sent — a finite set — never for a client's words.
+pub fn intern(type_url: &str) -> &'static str {
+    use std::collections::HashSet;
+    use std::sync::{LazyLock, Mutex};
+    if let Some(known) = PUSH_ORDER.iter().find(|t| **t == type_url) {
+        return known;
+    }
+    static OTHERS: LazyLock<Mutex<HashSet<&'static str>>> = LazyLock::new(Default::default);
+    let mut others = OTHERS
+        .lock()
+        .unwrap_or_else(std::sync::PoisonError::into_inner);
+    if let Some(known) = others.get(type_url) {
+        return known;
+    }
+    let leaked: &'static str = Box::leak(type_url.to_owned().into_boxed_str());
+    others.insert(leaked);
+    leaked
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;

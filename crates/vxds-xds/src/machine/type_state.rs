@@ -362,6 +362,12 @@ impl TypeState {
         self.accepted.contains_key(&ItemKey::Name(name.clone())) || self.accepted.has_variants(name)
     }
 
+    /// Whether the client subscribes to `name` by that name (a plain name or a locator; not
+    /// by a wildcard or a glob).
+    pub fn subscribes_by_name(&self, name: &Arc<str>) -> bool {
+        self.names.contains_key(&**name) || self.locators.contains_key(&**name)
+    }
+
     /// Whether the client subscribes to `name`: a response of the type answers for it.
     pub fn subscribes(&self, name: &Arc<str>) -> bool {
         self.wildcard()

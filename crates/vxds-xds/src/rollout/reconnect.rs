@@ -35,7 +35,7 @@ pub(super) struct Parked {
 struct Left {
     revision: u64,
     /// The types it waited for (type URLs: the next stream numbers its types anew).
-    types: Vec<String>,
+    types: Vec<&'static str>,
     at: Instant,
 }
 
@@ -50,7 +50,7 @@ impl Rollouts {
     /// A stream of `node` left with `revision` open and unanswered, waiting for `types`: it
     /// stays pending for a new stream of the node. `false` when it cannot wait (no grace, too
     /// many nodes waiting): it is the caller's to count as gone.
-    pub(super) fn park(&self, node: &NodeKey, revision: u64, types: Vec<String>) -> bool {
+    pub(super) fn park(&self, node: &NodeKey, revision: u64, types: Vec<&'static str>) -> bool {
         if self.reconnect_grace.is_zero() {
             return false;
         }
@@ -74,7 +74,7 @@ impl Rollouts {
 
     /// What a previous stream of `node` left open, within the grace: the new stream takes it
     /// over, `(revision, types)`.
-    pub(super) fn adopt(&self, node: &NodeKey) -> Vec<(u64, Vec<String>)> {
+    pub(super) fn adopt(&self, node: &NodeKey) -> Vec<(u64, Vec<&'static str>)> {
         self.expire_parked();
         let Ok(mut parked) = self.parked.lock() else {
             return Vec::new();

@@ -9,8 +9,10 @@
 //! - the removals it made due and that are held back (make-before-break), by name, until the
 //!   responses that carry them are accepted;
 //! - what the resources it sent name and the client fetches next (a listener's RDS route, a
-//!   cluster's EDS endpoints, a secret, gRPC's LDS → RDS → CDS → EDS), until sent and
-//!   accepted: Envoy ACKs a listener while it warms, and serves it only once its route is in;
+//!   cluster's EDS endpoints, a secret, gRPC's LDS → RDS → CDS → EDS; on ADS streams only, a
+//!   cluster only when the client subscribes to it by name), until sent and accepted: Envoy
+//!   ACKs a listener while it warms, and serves it only once its route is in. What the client
+//!   does not ask for within [`NEED_GRACE`] it fetches elsewhere: no longer waited for;
 //! - once refused, on Delta: the refused names (a Delta response carries only what changed),
 //!   until a response carrying each of them again (as an update or a removal) is accepted or
 //!   the client unsubscribes from it. On SotW every response carries the type's whole state,
@@ -24,14 +26,24 @@
 //! the types it changed ([`TypeMask`]), and a refusal counts against the revisions whose types
 //! it refused.
 
-use std::collections::VecDeque;
+use std::collections::{HashSet, VecDeque};
 use std::sync::Arc;
+use std::time::Duration;
+
+use tokio::time::Instant;
 
 use smallvec::SmallVec;
 use vxds_core::rollout::RolloutNack;
 
 use super::{MAX_CONCERNS, NodeKey, Rollouts, TypeMask};
 use crate::machine::Response;
+use crate::types;
+
+/// How long a revision waits for the client to ask for something its resources name: a name
+/// it has not subscribed to by then it fetches elsewhere (a static secret in Envoy's
+/// bootstrap, another SDS server) or on demand (SRDS scopes), and is no longer waited for.
+/// Once asked for, the wait goes on to the client's answer.
+pub const NEED_GRACE: Duration = Duration::from_secs(10);
 
 /// A revision the stream was told of: its index epoch, and the types it changed for the stream.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
@@ -108,8 +120,16 @@ pub struct Computation<'a> {
 /// only settle a refusal early.
 type NameHash = u64;
 
+#[cfg(test)]
+thread_local! {
+    /// Names hashed on this thread: what a client's input costs, counted.
+    pub(super) static NAMES_HASHED: std::cell::Cell<u64> = const { std::cell::Cell::new(0) };
+}
+
 /// FNV-1a: deterministic and cheap for short names.
 fn name_hash(name: &str) -> NameHash {
+    #[cfg(test)]
+    NAMES_HASHED.with(|n| n.set(n.get() + 1));
     name.bytes().fold(0xcbf2_9ce4_8422_2325, |h, b| {
         (h ^ u64::from(b)).wrapping_mul(0x0000_0100_0000_01b3)
     })
@@ -151,7 +171,7 @@ struct InFlight {
 
 #[derive(Debug)]
 struct TypeRollout {
-    type_url: String,
+    type_url: &'static str,
     /// The revision the last response was computed from.
     sent: u64,
     /// The revision of the last response the client accepted.
@@ -180,6 +200,9 @@ struct Need {
     from: (usize, Arc<str>),
     /// The response that answers for it, once sent.
     nonce: Option<u64>,
+    /// Until when it waits for the client to ask for it ([`NEED_GRACE`] after it was
+    /// recorded), while no response answers for it.
+    until: Instant,
 }
 
 #[derive(Debug)]
@@ -197,8 +220,10 @@ struct Concern {
     removals: Vec<(usize, u64)>,
     /// What its resources name that the client fetches next.
     needs: Vec<Need>,
-    /// Delta: the names refused, `(type, name)`, not yet accepted again.
-    refused: Vec<(usize, NameHash)>,
+    /// Delta: the names refused, `(type, name)`, not yet accepted again. A set: a refusal
+    /// of a large response, and what the client answers after it, cost in proportion to the
+    /// names, not to their product.
+    refused: HashSet<(usize, NameHash)>,
     /// Taken over from a previous stream of the node (`reconnect`): this stream's state of
     /// its types decides it, whatever was or was not sent on this stream.
     adopted: bool,
@@ -278,7 +303,7 @@ impl StreamRollout {
         self.sync_epoch();
         let key: NodeKey = (service, node.to_owned());
         for (revision, types) in self.rollouts.adopt(&key) {
-            let types = types.iter().map(|t| self.type_index(t)).collect();
+            let types = types.into_iter().map(|t| self.type_index(t)).collect();
             if self.concerns.len() >= MAX_CONCERNS
                 && let Some(oldest) = self.concerns.pop_front()
             {
@@ -291,7 +316,7 @@ impl StreamRollout {
                 awaiting: Vec::new(),
                 removals: Vec::new(),
                 needs: Vec::new(),
-                refused: Vec::new(),
+                refused: HashSet::new(),
                 adopted: true,
             });
         }
@@ -299,17 +324,14 @@ impl StreamRollout {
     }
 
     /// Every type `c` waits for something of, as type URLs.
-    fn waited_types(&self, c: &Concern) -> Vec<String> {
+    fn waited_types(&self, c: &Concern) -> Vec<&'static str> {
         let mut types: Vec<usize> = c.types.clone();
         types.extend(c.awaiting.iter().map(|(i, _)| *i));
         types.extend(c.removals.iter().map(|(i, _)| *i));
         types.extend(c.needs.iter().map(|n| n.ty));
         types.sort_unstable();
         types.dedup();
-        types
-            .into_iter()
-            .map(|i| self.types[i].type_url.clone())
-            .collect()
+        types.into_iter().map(|i| self.types[i].type_url).collect()
     }
 
     /// The part of a Delta stream.
@@ -330,11 +352,11 @@ impl StreamRollout {
     }
 
     fn type_index(&mut self, type_url: &str) -> usize {
-        if let Some(i) = self.types.iter().position(|t| t.type_url == type_url) {
+        if let Some(i) = self.find_type(type_url) {
             return i;
         }
         self.types.push(TypeRollout {
-            type_url: type_url.to_owned(),
+            type_url: types::intern(type_url),
             sent: 0,
             accepted: 0,
             refused: 0,
@@ -342,6 +364,18 @@ impl StreamRollout {
             in_flight: VecDeque::new(),
         });
         self.types.len() - 1
+    }
+
+    /// The index of `type_url` if something of it was sent (a client's answer for a type
+    /// never sent decides nothing).
+    fn find_type(&self, type_url: &str) -> Option<usize> {
+        self.types.iter().position(|t| t.type_url == type_url)
+    }
+
+    /// The names refused and not accepted again, over its open revisions.
+    #[cfg(test)]
+    pub(super) fn refused_names(&self) -> usize {
+        self.concerns.iter().map(|c| c.refused.len()).sum()
     }
 
     /// The revisions it follows.
@@ -432,7 +466,7 @@ impl StreamRollout {
             }
             for j in 0..self.concerns[k].types.len() {
                 let t = &mut self.types[self.concerns[k].types[j]];
-                if t.accepted < revision && stream.in_sync(&t.type_url) {
+                if t.accepted < revision && stream.in_sync(t.type_url) {
                     t.accepted = revision;
                     synced = true;
                 }
@@ -483,13 +517,13 @@ impl StreamRollout {
     ) {
         let mut types: Vec<usize> = Vec::new();
         for &(i, _) in responses {
-            if !types.contains(&i) && m.types.reaches(&self.types[i].type_url) {
+            if !types.contains(&i) && m.types.reaches(self.types[i].type_url) {
                 types.push(i);
             }
         }
         let awaiting: Vec<(usize, Arc<str>)> = held
             .iter()
-            .filter(|(i, _, due_now)| *due_now && m.types.reaches(&self.types[*i].type_url))
+            .filter(|(i, _, due_now)| *due_now && m.types.reaches(self.types[*i].type_url))
             .map(|&(i, name, _)| (i, name.clone()))
             .collect();
         let concerned = !types.is_empty() || !awaiting.is_empty();
@@ -498,6 +532,7 @@ impl StreamRollout {
             return;
         }
         let mut needs = Vec::new();
+        let until = Instant::now() + NEED_GRACE;
         for d in dependencies {
             let from = self.type_index(&d.from_type);
             if types.contains(&from) {
@@ -507,6 +542,7 @@ impl StreamRollout {
                     name: d.name.clone(),
                     from: (from, d.from_name.clone()),
                     nonce: d.nonce,
+                    until,
                 });
             }
         }
@@ -522,7 +558,7 @@ impl StreamRollout {
             awaiting,
             removals: Vec::new(),
             needs,
-            refused: Vec::new(),
+            refused: HashSet::new(),
             adopted: false,
         });
     }
@@ -540,6 +576,7 @@ impl StreamRollout {
             return false;
         }
         let mut dropped = false;
+        let until = Instant::now() + NEED_GRACE;
         for k in 0..self.concerns.len() {
             // Answered now: the response's nonce, and what the resource names in turn (which
             // may be answered for in this computation too).
@@ -550,7 +587,7 @@ impl StreamRollout {
                 if need.nonce.is_some() {
                     continue;
                 }
-                let type_url = &self.types[need.ty].type_url;
+                let type_url = self.types[need.ty].type_url;
                 let answered =
                     c.responses.iter().zip(responses).rev().find(|(r, _)| {
                         r.type_url() == type_url && answers_for(r, &need.name, stream)
@@ -574,22 +611,25 @@ impl StreamRollout {
                             name: d.name.clone(),
                             from: (ty, name.clone()),
                             nonce: d.nonce,
+                            until,
                         });
                     }
                 }
             }
             // Named no more (a later revision removed or changed what named it): nothing
-            // will be fetched for it.
+            // will be fetched for it. Not asked for within the grace: fetched elsewhere.
             let types = &self.types;
+            let now = Instant::now();
             self.concerns[k].needs.retain(|n| {
                 let accepted = n.nonce.is_some_and(|m| types[n.ty].accepted_nonce >= m);
                 let keep = accepted
-                    || stream.still_names(
-                        &types[n.from.0].type_url,
-                        &n.from.1,
-                        &types[n.ty].type_url,
-                        &n.name,
-                    );
+                    || (n.nonce.is_some() || now < n.until)
+                        && stream.still_names(
+                            types[n.from.0].type_url,
+                            &n.from.1,
+                            types[n.ty].type_url,
+                            &n.name,
+                        );
                 dropped |= !keep;
                 keep
             });
@@ -597,11 +637,37 @@ impl StreamRollout {
         dropped
     }
 
+    /// When the first of what revisions wait for and the client has not asked for stops
+    /// being waited for ([`NEED_GRACE`]): the stream's task wakes then ([`Self::needs_expired`])
+    /// so that a revision on an idle stream settles. `None` when nothing waits so.
+    pub fn need_deadline(&self) -> Option<Instant> {
+        (self.concerns.iter())
+            .flat_map(|c| &c.needs)
+            .filter(|n| n.nonce.is_none())
+            .map(|n| n.until)
+            .min()
+    }
+
+    /// What the client did not ask for within [`NEED_GRACE`] is no longer waited for: the
+    /// revisions that waited only for it count as accepted.
+    pub fn needs_expired(&mut self) {
+        self.sync_epoch();
+        let now = Instant::now();
+        let mut dropped = false;
+        for c in &mut self.concerns {
+            let before = c.needs.len();
+            c.needs.retain(|n| n.nonce.is_some() || now < n.until);
+            dropped |= c.needs.len() != before;
+        }
+        if dropped {
+            self.settle();
+        }
+    }
+
     /// The client accepted the response of `type_url` with `nonce` (and so every earlier one).
     pub fn acked(&mut self, type_url: &str, nonce: Option<u64>) {
         self.sync_epoch();
-        let i = self.type_index(type_url);
-        let Some(nonce) = nonce else {
+        let (Some(i), Some(nonce)) = (self.find_type(type_url), nonce) else {
             return;
         };
         let t = &mut self.types[i];
@@ -614,8 +680,7 @@ impl StreamRollout {
         for f in t.in_flight.drain(..=at) {
             if refusals {
                 for c in &mut self.concerns {
-                    c.refused
-                        .retain(|&(ty, h)| ty != i || !f.names.contains(&h));
+                    accept_again(&mut c.refused, i, &f.names);
                 }
             }
         }
@@ -633,14 +698,23 @@ impl StreamRollout {
     /// and what revisions waited to be sent of them, is behind it.
     pub fn unsubscribed(&mut self, type_url: &str, names: &[String]) {
         self.sync_epoch();
-        let i = self.type_index(type_url);
+        let Some(i) = self.find_type(type_url) else {
+            return;
+        };
+        let waits = |c: &Concern| {
+            c.refused.iter().any(|&(ty, _)| ty == i) || c.needs.iter().any(|n| n.ty == i)
+        };
+        if !self.concerns.iter().any(waits) {
+            return;
+        }
+        // Each name hashed once: a request may unsubscribe from many names.
+        let hashes: HashSet<NameHash> = names.iter().map(|n| name_hash(n)).collect();
+        let names: HashSet<&str> = names.iter().map(String::as_str).collect();
         let mut changed = false;
         for c in &mut self.concerns {
             let before = (c.refused.len(), c.needs.len());
-            c.refused
-                .retain(|&(ty, h)| ty != i || !names.iter().any(|n| name_hash(n) == h));
-            c.needs
-                .retain(|n| n.ty != i || !names.iter().any(|name| **name == *n.name));
+            c.refused.retain(|&(ty, h)| ty != i || !hashes.contains(&h));
+            c.needs.retain(|n| n.ty != i || !names.contains(&*n.name));
             changed |= before != (c.refused.len(), c.needs.len());
         }
         if changed {
@@ -675,8 +749,7 @@ impl StreamRollout {
     /// removals, what their resources name).
     pub fn nacked(&mut self, type_url: &str, nonce: Option<u64>, node: &str, error: &str) {
         self.sync_epoch();
-        let i = self.type_index(type_url);
-        let Some(nonce) = nonce else {
+        let (Some(i), Some(nonce)) = (self.find_type(type_url), nonce) else {
             return;
         };
         let delta = self.delta;
@@ -691,8 +764,7 @@ impl StreamRollout {
             if delta {
                 t.accepted_nonce = t.accepted_nonce.max(f.nonce);
                 for c in &mut self.concerns {
-                    c.refused
-                        .retain(|&(ty, h)| ty != i || !f.names.contains(&h));
+                    accept_again(&mut c.refused, i, &f.names);
                 }
             }
         }
@@ -705,11 +777,7 @@ impl StreamRollout {
             if !(of_revision || c.waits_on(i, nonce, accepted_nonce, delta)) {
                 continue;
             }
-            for &h in &names {
-                if !c.refused.contains(&(i, h)) {
-                    c.refused.push((i, h));
-                }
-            }
+            c.refused.extend(names.iter().map(|&h| (i, h)));
             if c.nacked {
                 continue; // one refusal per stream and revision, one text
             }
@@ -725,5 +793,16 @@ impl StreamRollout {
                 },
             );
         }
+    }
+}
+
+/// What a response of type `ty` that the client accepted carried again, `names`, is refused
+/// no more: in proportion to what it carried.
+fn accept_again(refused: &mut HashSet<(usize, NameHash)>, ty: usize, names: &[NameHash]) {
+    if refused.is_empty() {
+        return;
+    }
+    for &h in names {
+        refused.remove(&(ty, h));
     }
 }

@@ -6,6 +6,7 @@ use crate::machine::Response;
 
 mod reconnect;
 mod references;
+mod refusal_cost;
 mod refusals;
 mod removals;
 

@@ -138,3 +138,6 @@ fn mirror_revisions<'a, S: AsRef<str> + 'a>(
         }
     }
 }
+
+#[cfg(test)]
+mod tests;

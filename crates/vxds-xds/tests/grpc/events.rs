@@ -10,6 +10,7 @@ use super::*;
 on_both_backends!(
     connects_answers_and_leaves_are_broadcast,
     a_sotw_ack_of_a_superseded_response_counts_for_rollout,
+    an_idle_stream_stops_waiting_for_a_secret_it_never_asks_for,
 );
 
 async fn connects_answers_and_leaves_are_broadcast(db: TestDb) {
@@ -183,4 +184,62 @@ async fn a_sotw_ack_of_a_superseded_response_counts_for_rollout(db: TestDb) {
     }
     assert_eq!(rollout_counts(&server, refused), (1, 0, 1, 0));
     assert_eq!(rollout_counts(&server, accepted), (1, 1, 0, 0));
+}
+
+const LISTENER: &str = "type.googleapis.com/envoy.config.listener.v3.Listener";
+
+/// Envoy with its secret from elsewhere (a static one in its bootstrap, another SDS server):
+/// the revision adding a listener that names it waits for the secret only the grace, then
+/// settles — on a stream that sends nothing more (its task wakes at the deadline).
+async fn an_idle_stream_stops_waiting_for_a_secret_it_never_asks_for(db: TestDb) {
+    let server = Server::start(&db, XdsConfig::default()).await;
+    let secret = json!({"@type": "type.googleapis.com/envoy.extensions.transport_sockets.tls.v3.Secret",
+        "name": "cert", "tls_certificate": {"certificate_chain": {"inline_string": "x"},
+        "private_key": {"inline_string": "y"}}});
+    server
+        .apply(json!([{"op": "put", "type": "secret", "name": "cert",
+            "variants": [{"constraints": "*", "resource": secret}]}]))
+        .await;
+    let mut stream = SotwStream::open(
+        &server,
+        DiscoveryRequest {
+            type_url: LISTENER.into(),
+            node: Some(node("envoy-static-secret", &[])),
+            ..Default::default()
+        },
+    )
+    .await;
+    let first = stream.next().await;
+    stream.ack(&first).await;
+    let listener = json!({"@type": LISTENER, "name": "l",
+        "address": {"socket_address": {"address": "0.0.0.0", "port_value": 1}},
+        "filter_chains": [{"transport_socket": {"name": "tls", "typed_config": {
+            "@type": "type.googleapis.com/envoy.extensions.transport_sockets.tls.v3.DownstreamTlsContext",
+            "common_tls_context": {"tls_certificate_sds_secret_configs": [{"name": "cert"}]}}},
+          "filters": [{"name": "tcp", "typed_config": {
+            "@type": "type.googleapis.com/envoy.extensions.filters.network.tcp_proxy.v3.TcpProxy",
+            "stat_prefix": "t", "cluster": "static_c"}}]}]});
+    let revision = server
+        .apply(json!([{"op": "put", "type": "listener", "name": "l",
+            "variants": [{"constraints": "*", "resource": listener}]}]))
+        .await;
+    let lds = stream.next().await;
+    stream.ack(&lds).await;
+    let acked_at = tokio::time::Instant::now();
+    tokio::time::sleep(Duration::from_millis(200)).await;
+    assert_eq!(
+        rollout_counts(&server, revision),
+        (1, 0, 0, 1),
+        "the secret is waited for"
+    );
+    // Nothing more is sent on the stream: it settles at the grace.
+    let deadline = acked_at + vxds_xds::rollout::NEED_GRACE + Duration::from_secs(2);
+    while rollout_counts(&server, revision).3 != 0 {
+        assert!(
+            tokio::time::Instant::now() < deadline,
+            "still waiting for the secret"
+        );
+        tokio::time::sleep(Duration::from_millis(50)).await;
+    }
+    assert_eq!(rollout_counts(&server, revision), (1, 1, 0, 0));
 }

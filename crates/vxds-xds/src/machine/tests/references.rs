@@ -96,7 +96,9 @@ fn a_new_listener_names_the_route_the_client_fetches_next() {
 }
 
 /// Envoy fetches no cluster by a route's reference (it holds every cluster, or its own static
-/// ones); gRPC asks for each by name.
+/// ones, or fetches one on demand when traffic asks for it); gRPC asks only for the clusters
+/// of the virtual host its target matches. A cluster is followed only when the client already
+/// subscribes to it by name and a response in flight carries it.
 #[test]
 fn a_route_names_clusters_only_to_a_client_that_asks_for_them_by_name() {
     let mut world = World::new();
@@ -126,14 +128,92 @@ fn a_route_names_clusters_only_to_a_client_that_asks_for_them_by_name() {
         m.on_delta_request(delta_request(CLUSTER, &[], &[], r.nonce()))
             .unwrap();
     }
+    // c, not asked for by name (another virtual host's, or on demand): not waited for.
     let changed = world.apply(json!([put("route", "r", &[("*", route_to("r", "c"))])]));
+    m.on_changes(&changed);
+    m.follow_references(true);
+    let sent = m.poll(&world.snapshot);
+    assert!(m.dependencies().is_empty());
+    m.on_delta_request(delta_request(ROUTE, &[], &[], sent[0].nonce()))
+        .unwrap();
+    // e asked for by name, and named while the response carrying it is in flight: followed.
+    m.on_delta_request(delta_request(CLUSTER, &["e"], &[], ""))
+        .unwrap();
+    let changed = world.apply(json!([
+        put("cluster", "e", &[("*", cluster("e"))]),
+        put("route", "r", &[("*", route_to("r", "e"))]),
+    ]));
     m.on_changes(&changed);
     m.follow_references(true);
     m.poll(&world.snapshot);
     assert_eq!(
         named(&m),
-        [(ROUTE.into(), "r".into(), CLUSTER, "c".into(), false)]
+        [(ROUTE.into(), "r".into(), CLUSTER, "e".into(), true)]
     );
+}
+
+/// On a per-type service (no ADS), what a resource names is fetched on another stream: the
+/// LDS stream's listeners name routes it never carries. Nothing is followed there.
+#[test]
+fn references_are_followed_only_on_ads_streams() {
+    let mut world = World::new();
+    let lds = &crate::types::SERVICES[1];
+    assert_eq!(lds.type_url, Some(LISTENER));
+    let mut m = StreamMachine::new(1, Protocol::Sotw, lds, Arc::new(MachineConfig::default()));
+    m.on_sotw_request(sotw_request(LISTENER, &[], "", ""))
+        .unwrap();
+    for r in m.poll(&world.snapshot) {
+        ack_sotw(&mut m, &r, &[]);
+    }
+    let changed = world.apply(json!([
+        put("listener", "l", &[("*", listener("l", "r1"))]),
+        put("route", "r1", &[("*", route_to("r1", "c"))]),
+    ]));
+    m.on_changes(&changed);
+    m.follow_references(true);
+    let sent = m.poll(&world.snapshot);
+    assert_eq!(sent[0].type_url(), LISTENER);
+    assert!(m.dependencies().is_empty());
+}
+
+/// Envoy holds clusters by wildcard: a route naming many clusters costs no look-up of each.
+#[test]
+fn a_route_naming_clusters_held_by_wildcard_follows_none() {
+    let n = 2000;
+    let mut world = World::new();
+    let clusters: Vec<Value> = (0..n)
+        .map(|i| {
+            put(
+                "cluster",
+                &format!("c{i}"),
+                &[("*", cluster(&format!("c{i}")))],
+            )
+        })
+        .collect();
+    world.apply(Value::Array(clusters));
+    let mut routes: Vec<Value> = (0..n)
+        .map(|i| json!({"match": {"prefix": format!("/{i}")}, "route": {"cluster": format!("c{i}")}}))
+        .collect();
+    routes.push(json!({"match": {"prefix": "/new"}, "route": {"cluster": "new"}}));
+    let route = json!({"@type": ROUTE, "name": "r", "virtual_hosts": [{"name": "all", "domains": ["*"], "routes": routes}]});
+    let mut m = sotw_machine();
+    m.on_sotw_request(sotw_request(CLUSTER, &[], "", ""))
+        .unwrap();
+    m.on_sotw_request(sotw_request(ROUTE, &["r"], "", ""))
+        .unwrap();
+    for r in m.poll(&world.snapshot) {
+        let names: &[&str] = if r.type_url() == ROUTE { &["r"] } else { &[] };
+        ack_sotw(&mut m, &r, names);
+    }
+    // A cluster the client holds by wildcard and has not accepted (new, in flight).
+    let changed = world.apply(json!([
+        put("cluster", "new", &[("*", cluster("new"))]),
+        put("route", "r", &[("*", route)]),
+    ]));
+    m.on_changes(&changed);
+    m.follow_references(true);
+    m.poll(&world.snapshot);
+    assert!(m.dependencies().is_empty());
 }
 
 #[test]
