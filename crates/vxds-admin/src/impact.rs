@@ -24,7 +24,7 @@ use crate::AdminState;
 use crate::auth::Caller;
 use crate::body::Payload;
 use crate::problem::{ApiError, ProblemBody, ProblemItem, WriteProblems};
-use crate::repr::{WriteResult, change_repr};
+use crate::repr::{ChangeRepr, WriteResult};
 
 /// What a dry run would do to the connected clients.
 #[derive(Clone, Debug, Serialize, ToSchema)]
@@ -179,7 +179,7 @@ pub(crate) async fn write_result(
     Ok(WriteResult {
         revision: applied.revision,
         dry_run: applied.dry_run,
-        changed: applied.changes.iter().map(change_repr).collect(),
+        changed: applied.changes.into_iter().map(ChangeRepr::from).collect(),
         warnings: applied
             .warnings
             .into_iter()

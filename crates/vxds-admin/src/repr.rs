@@ -121,14 +121,21 @@ pub struct ChangeRepr {
 }
 
 pub fn change_repr(change: &Change) -> ChangeRepr {
-    ChangeRepr {
-        type_url: change.key.type_url.clone(),
-        alias: ResourceType::resolve(&change.key.type_url)
-            .ok()
-            .and_then(|t| t.alias()),
-        name: change.key.name.clone(),
-        change: change.change,
-        version: change.version.clone(),
+    ChangeRepr::from(change.clone())
+}
+
+/// Moves the strings: a write's answer of 100,000 changes holds them once, not twice.
+impl From<Change> for ChangeRepr {
+    fn from(change: Change) -> Self {
+        ChangeRepr {
+            alias: ResourceType::resolve(&change.key.type_url)
+                .ok()
+                .and_then(|t| t.alias()),
+            type_url: change.key.type_url,
+            name: change.key.name,
+            change: change.change,
+            version: change.version,
+        }
     }
 }
 

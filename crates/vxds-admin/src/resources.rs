@@ -23,7 +23,7 @@ use crate::body::Payload;
 use crate::conditional::{self, Tags};
 use crate::problem::{ApiError, ProblemBody, ReadProblems, WriteProblems};
 use crate::query::Query;
-use crate::repr::{ChangeRepr, ResourceRepr, WriteResult, change_repr, resource_repr, timestamp};
+use crate::repr::{ChangeRepr, ResourceRepr, WriteResult, resource_repr, timestamp};
 
 /// `{type}` and `{name}` from the path, percent-decoded.
 pub struct ResourcePath {
@@ -448,7 +448,7 @@ pub async fn put(
     let result = PutResult {
         revision: applied.revision,
         dry_run: applied.dry_run,
-        changed: applied.changes.iter().map(change_repr).collect(),
+        changed: applied.changes.into_iter().map(ChangeRepr::from).collect(),
         warnings: applied
             .warnings
             .into_iter()

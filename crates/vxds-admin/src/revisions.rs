@@ -318,7 +318,7 @@ pub async fn restore(
         revision: applied.revision,
         dry_run: applied.dry_run,
         summary,
-        changed: applied.changes.iter().map(change_repr).collect(),
+        changed: applied.changes.into_iter().map(ChangeRepr::from).collect(),
         warnings: applied
             .warnings
             .into_iter()

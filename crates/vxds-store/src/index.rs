@@ -21,7 +21,6 @@ use vxds_core::variants::VariantMatcher;
 use vxds_core::{CanonicalConstraints, ConstraintsId, Params};
 use vxds_envoy::changeset::ResourceKey;
 use vxds_envoy::constraints::constraints_to_proto;
-use vxds_envoy::pb::envoy::service::discovery::v3::DynamicParameterConstraints;
 
 use crate::error::StoreError;
 use crate::model::{ChangeBatch, Followed, StoredResource};
@@ -53,9 +52,8 @@ impl Default for IndexOptions {
 pub struct IndexedVariant {
     pub id: ConstraintsId,
     pub constraints: CanonicalConstraints,
-    /// The constraints as sent in `Resource.resource_name`; `None` when unconstrained.
-    pub constraints_proto: Option<DynamicParameterConstraints>,
-    /// The same, encoded once for every response that carries them.
+    /// The constraints as sent in `Resource.resource_name` (`DynamicParameterConstraints`),
+    /// encoded once for every response that carries them; `None` when unconstrained.
     pub constraints_bytes: Option<Bytes>,
     /// The constraints in the text syntax, for operators; `None` when unconstrained.
     pub constraints_text: Option<Arc<str>>,
@@ -96,8 +94,9 @@ impl IndexedVariant {
 /// A resource: its variants and the matcher that picks one for a subscriber.
 #[derive(Debug)]
 pub struct IndexedResource {
-    pub key: ResourceKey,
-    /// `key.name`, shared by every stream that tracks the resource.
+    /// Its type URL, one allocation shared by every resource of the type in a snapshot.
+    pub type_url: Arc<str>,
+    /// Its name, shared by the snapshot's map and every stream that tracks the resource.
     pub name: Arc<str>,
     pub version: String,
     /// The revision that last changed it.
@@ -133,7 +132,16 @@ fn shared_references(body: &[u8]) -> Vec<(&'static str, Arc<str>)> {
 }
 
 impl IndexedResource {
-    fn from_stored(stored: StoredResource) -> Self {
+    /// What identifies it, as the store keys it (a copy).
+    pub fn key(&self) -> ResourceKey {
+        ResourceKey {
+            type_url: self.type_url.to_string(),
+            name: self.name.to_string(),
+        }
+    }
+
+    /// `stored`, ready to send; `type_url` is its type URL, shared.
+    fn from_stored(stored: StoredResource, type_url: Arc<str>) -> Self {
         let canonical: Vec<CanonicalConstraints> = stored
             .variants
             .iter()
@@ -144,14 +152,11 @@ impl IndexedResource {
             .variants
             .into_iter()
             .map(|v| {
-                let constraints_proto = constraints_to_proto(v.constraints.constraints());
-                let constraints_bytes = constraints_proto
-                    .as_ref()
-                    .map(|c| Bytes::from(prost::Message::encode_to_vec(c)));
+                let constraints_bytes = constraints_to_proto(v.constraints.constraints())
+                    .map(|c| Bytes::from(prost::Message::encode_to_vec(&c)));
                 let constrained = !v.constraints.is_unconstrained();
                 IndexedVariant {
                     id: v.id,
-                    constraints_proto,
                     constraints_bytes,
                     constraints_text: constrained.then(|| Arc::from(v.constraints.to_string())),
                     constraints: v.constraints,
@@ -165,8 +170,8 @@ impl IndexedResource {
             })
             .collect();
         Self {
-            name: Arc::from(stored.key.name.as_str()),
-            key: stored.key,
+            type_url,
+            name: Arc::from(stored.key.name),
             version: stored.version,
             revision: stored.revision,
             shared: stored.shared,
@@ -181,15 +186,14 @@ impl IndexedResource {
         let constraints = vxds_core::Constraints::unconstrained().canonical();
         let matcher = VariantMatcher::new(std::slice::from_ref(&constraints));
         Self {
-            name: Arc::from(key.name.as_str()),
-            key,
+            type_url: Arc::from(key.type_url),
+            name: Arc::from(key.name),
             version: version.to_string(),
             revision,
             shared: false,
             variants: vec![IndexedVariant {
                 id: constraints.id(),
                 constraints,
-                constraints_proto: None,
                 constraints_bytes: None,
                 constraints_text: None,
                 redirect: vxds_envoy::collections::is_redirect_body(&body),
@@ -235,13 +239,17 @@ pub struct Snapshot {
     /// epochs do not follow one another: the same revision number may be other content, and
     /// whoever follows the index treats everything as changed.
     pub epoch: u64,
-    resources: OrdMap<ResourceKey, Arc<IndexedResource>>,
+    /// By type URL, then by name: keys share the resources' own strings.
+    resources: OrdMap<Arc<str>, ByName>,
     history: Vector<RevisionChanges>,
     /// The change lists' estimated size, and its bound.
     history_bytes: usize,
     history_limit: HistoryLimit,
     derived: Derived,
 }
+
+/// One type's resources by name.
+type ByName = OrdMap<Arc<str>, Arc<IndexedResource>>;
 
 /// [`IndexOptions::history_bytes`], carried from one snapshot to the next.
 #[derive(Clone, Copy, Debug)]
@@ -315,10 +323,7 @@ impl Snapshot {
     }
 
     pub fn get(&self, type_url: &str, name: &str) -> Option<&Arc<IndexedResource>> {
-        self.resources.get(&ResourceKey {
-            type_url: type_url.to_owned(),
-            name: name.to_owned(),
-        })
+        self.resources.get(type_url)?.get(name)
     }
 
     /// Every resource of a type, in name order.
@@ -335,18 +340,21 @@ impl Snapshot {
         type_url: &'a str,
         prefix: &'a str,
     ) -> impl Iterator<Item = &'a Arc<IndexedResource>> + 'a {
-        let start = ResourceKey {
-            type_url: type_url.to_owned(),
-            name: prefix.to_owned(),
-        };
-        self.resources
-            .range(start..)
-            .take_while(move |(k, _)| k.type_url == type_url && k.name.starts_with(prefix))
+        let by_name = self.resources.get(type_url);
+        by_name
+            .into_iter()
+            .flat_map(move |m| {
+                m.range::<_, str>((
+                    std::ops::Bound::Included(prefix),
+                    std::ops::Bound::Unbounded,
+                ))
+            })
+            .take_while(move |(name, _)| name.starts_with(prefix))
             .map(|(_, r)| r)
     }
 
     pub fn len(&self) -> usize {
-        self.resources.len()
+        self.resources.values().map(|m| m.len()).sum()
     }
 
     pub fn is_empty(&self) -> bool {
@@ -397,12 +405,26 @@ impl Snapshot {
             next.history_bytes = 0;
         }
         for key in batch.deleted {
-            next.resources.remove(&key);
+            if let Some(by_name) = next.resources.get_mut(key.type_url.as_str()) {
+                by_name.remove(key.name.as_str());
+                if by_name.is_empty() {
+                    next.resources.remove(key.type_url.as_str());
+                }
+            }
         }
         for stored in batch.resources {
-            let key = stored.key.clone();
-            next.resources
-                .insert(key, Arc::new(IndexedResource::from_stored(stored)));
+            let type_url = match next.resources.get_key_value(stored.key.type_url.as_str()) {
+                Some((type_url, _)) => type_url.clone(),
+                None => {
+                    let type_url: Arc<str> = Arc::from(stored.key.type_url.as_str());
+                    next.resources.insert(type_url.clone(), OrdMap::new());
+                    type_url
+                }
+            };
+            let resource = Arc::new(IndexedResource::from_stored(stored, type_url.clone()));
+            if let Some(by_name) = next.resources.get_mut(&*type_url) {
+                by_name.insert(resource.name.clone(), resource);
+            }
         }
         for change in batch.revisions {
             let change = RevisionChanges {
@@ -638,6 +660,62 @@ mod tests {
         snapshot = snapshot.apply(batch(5201, 20_000));
         assert_eq!(snapshot.revisions_since(0).count(), 1);
         assert!(snapshot.changed_since(5200).is_some());
+    }
+
+    fn stored(type_url: &str, name: &str) -> StoredResource {
+        let constraints = vxds_core::Constraints::unconstrained().canonical();
+        StoredResource {
+            key: ResourceKey {
+                type_url: type_url.into(),
+                name: name.into(),
+            },
+            version: "v".into(),
+            revision: 1,
+            created_revision: 1,
+            created_at_ms: 1,
+            updated_at_ms: 1,
+            shared: false,
+            variants: vec![crate::model::StoredVariant {
+                id: constraints.id(),
+                constraints,
+                body: vec![],
+                version: "v".into(),
+                created_at_ms: 1,
+                updated_at_ms: 1,
+                ttl: None,
+            }],
+        }
+    }
+
+    #[test]
+    fn resources_are_found_by_type_and_name_and_prefixes_stay_within_their_type() {
+        let mut next = batch(1, 0);
+        next.resources = vec![
+            stored("a", "x/1"),
+            stored("a", "x/2"),
+            stored("a", "y"),
+            stored("b", "x/3"),
+        ];
+        let snapshot = Snapshot::default().apply(next);
+        assert_eq!(snapshot.len(), 4);
+        assert_eq!(snapshot.get("a", "x/2").map(|r| &*r.name), Some("x/2"));
+        assert!(snapshot.get("b", "x/2").is_none());
+        let names: Vec<&str> = snapshot.with_prefix("a", "x/").map(|r| &*r.name).collect();
+        assert_eq!(names, ["x/1", "x/2"]);
+        assert_eq!(snapshot.of_type("b").count(), 1);
+        // Resources of one type share its type URL.
+        let (one, two) = (snapshot.get("a", "x/1"), snapshot.get("a", "y"));
+        assert!(Arc::ptr_eq(&one.unwrap().type_url, &two.unwrap().type_url));
+
+        let mut gone = batch(2, 0);
+        gone.deleted = vec![ResourceKey {
+            type_url: "b".into(),
+            name: "x/3".into(),
+        }];
+        let snapshot = snapshot.apply(gone);
+        assert_eq!(snapshot.len(), 3);
+        assert_eq!(snapshot.of_type("b").count(), 0);
+        assert!(snapshot.get("b", "x/3").is_none());
     }
 
     #[test]

@@ -748,7 +748,7 @@ async fn the_index_follows_every_commit(db: TestDb) {
         .resolve(&ParamSet::new().with("env", "prod"))
         .unwrap();
     assert_eq!(prod.constraints.to_string(), r#"env = "prod""#);
-    assert!(prod.constraints_proto.is_some());
+    assert!(prod.constraints_bytes.is_some());
     assert_eq!(
         resource
             .resolve(&ParamSet::new())

@@ -244,7 +244,7 @@ async fn pruning_removes_the_rows_no_kept_revision_needs(db: TestDb) {
 fn contents(snapshot: &Snapshot) -> Vec<(String, String, u64)> {
     snapshot
         .of_type(ROUTE)
-        .map(|r| (r.key.name.clone(), r.version.clone(), r.revision))
+        .map(|r| (r.name.to_string(), r.version.clone(), r.revision))
         .collect()
 }
 

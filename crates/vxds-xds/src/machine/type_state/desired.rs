@@ -20,17 +20,17 @@ impl TypeState {
             self.full_refresh = false;
             let mut normals: BTreeSet<String> = std::mem::take(&mut self.stale_normals);
             normals.extend(self.by_normal.keys().cloned());
-            normals.extend(self.desired.values().map(|i| i.resource.key.name.clone()));
+            normals.extend(self.desired.values().map(|i| i.resource.name.to_string()));
             normals.extend(self.names.values().map(|n| n.to_string()));
             normals.extend(self.locators.values().map(|l| l.normal.to_string()));
             if self.wildcard() {
-                normals.extend(snapshot.of_type(&self.type_url).map(|r| r.key.name.clone()));
+                normals.extend(snapshot.of_type(&self.type_url).map(|r| r.name.to_string()));
             }
             for glob in self.globs.values() {
                 normals.extend(
                     snapshot
                         .with_prefix(&self.type_url, &glob_scan_prefix(&glob.url))
-                        .map(|r| r.key.name.clone()),
+                        .map(|r| r.name.to_string()),
                 );
             }
             self.missing.clear();

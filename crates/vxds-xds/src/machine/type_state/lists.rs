@@ -191,7 +191,7 @@ fn build_list(
     let prefix = super::glob_scan_prefix(&list.members);
     let mut members: Vec<(&Arc<IndexedResource>, usize)> = Vec::new();
     for resource in snapshot.with_prefix(&list.member_type_url, &prefix) {
-        let Ok(urn) = vxds_core::xdstp::XdstpUrn::parse(&resource.key.name) else {
+        let Ok(urn) = vxds_core::xdstp::XdstpUrn::parse(&resource.name) else {
             continue;
         };
         if !list.members.glob_matches(&urn) {
@@ -234,7 +234,7 @@ fn build_list(
     let names: Vec<String> = members
         .iter()
         .map(|(r, _)| {
-            vxds_core::xdstp::XdstpUrn::parse(&r.key.name)
+            vxds_core::xdstp::XdstpUrn::parse(&r.name)
                 .map(|u| ListCollection::entry_name(&u).to_owned())
                 .ok()
                 .filter(|n| collections::is_entry_name(n))
@@ -255,7 +255,7 @@ fn build_list(
                     version: &variant.version,
                     body: &variant.body,
                 },
-                None => Entry::Locator(&resource.key.name),
+                None => Entry::Locator(&resource.name),
             }
         })
         .collect();
@@ -272,7 +272,7 @@ fn build_list(
         .map(|(r, v)| r.variants[*v].id.to_string())
         .collect();
     for (((resource, variant), id), redirect) in members.iter().zip(&ids).zip(&redirects) {
-        parts.push(resource.key.name.as_bytes());
+        parts.push(resource.name.as_bytes());
         if inline {
             parts.push(resource.variants[*variant].version.as_bytes());
         } else {
