@@ -89,7 +89,7 @@ impl RevisionEvent {
                 .changed
                 .iter()
                 .take(CHANGED_SHOWN)
-                .map(changed_name)
+                .map(|key| changed_name(key))
                 .collect(),
         }
     }

@@ -11,7 +11,7 @@
 use std::collections::{BTreeSet, HashMap};
 use std::sync::Arc;
 
-use backon::Retryable;
+use backon::RetryableWithContext;
 use bytes::Bytes;
 use imbl::{OrdMap, Vector};
 use tokio::sync::watch;
@@ -24,7 +24,7 @@ use vxds_envoy::constraints::constraints_to_proto;
 
 use crate::error::StoreError;
 use crate::model::{ChangeBatch, Followed, StoredResource};
-use crate::store::{Store, retry_policy};
+use crate::store::{ResourceSink, Store, retry_policy};
 
 /// The default bound of the change lists a snapshot remembers for consumers that fell behind
 /// (`--index-history-bytes`): 16 MiB, about 70,000 changed names. Beyond it, the xDS server
@@ -110,7 +110,8 @@ pub struct IndexedResource {
 impl RevisionChanges {
     /// Roughly what it holds in memory: the names, their keys' strings and the text.
     fn footprint(&self) -> usize {
-        const PER_KEY: usize = std::mem::size_of::<ResourceKey>() + 2 * 16;
+        const PER_KEY: usize =
+            std::mem::size_of::<ChangedKey>() + 16 + std::mem::size_of::<ResourceKey>() + 2 * 16;
         let text = self.author.as_ref().map_or(0, |a| a.len())
             + self.message.as_ref().map_or(0, |m| m.len());
         std::mem::size_of::<Self>()
@@ -213,6 +214,9 @@ impl IndexedResource {
     }
 }
 
+/// A changed resource's key, shared by the index's change lists and the streams told of it.
+pub type ChangedKey = Arc<ResourceKey>;
+
 /// The resources a revision changed.
 #[derive(Clone, Debug)]
 pub struct RevisionChanges {
@@ -222,7 +226,8 @@ pub struct RevisionChanges {
     pub commit_id: i64,
     /// When it was committed (Unix milliseconds), for push-latency metrics.
     pub committed_at_ms: i64,
-    pub changed: Arc<[ResourceKey]>,
+    /// Shared with whoever is told of them (every stream's inbox), never copied.
+    pub changed: Arc<[ChangedKey]>,
     /// Who committed it and why (`GET /v1/events` shows them without asking the store).
     pub author: Option<Arc<str>>,
     pub message: Option<Arc<str>>,
@@ -363,7 +368,7 @@ impl Snapshot {
 
     /// The resources changed after `revision` up to this snapshot; `None` if that is further
     /// back than the history kept (treat everything as changed).
-    pub fn changed_since(&self, revision: u64) -> Option<BTreeSet<ResourceKey>> {
+    pub fn changed_since(&self, revision: u64) -> Option<BTreeSet<ChangedKey>> {
         if revision >= self.revision {
             return Some(BTreeSet::new());
         }
@@ -393,17 +398,81 @@ impl Snapshot {
     }
 
     /// The next snapshot: this one with `batch` applied. The index writer builds every
-    /// snapshot this way; tests and offline tools may too.
+    /// snapshot this way (through a [`SnapshotBuilder`], which takes the resources as the
+    /// store reads them); tests and offline tools may too.
     pub fn apply(&self, batch: ChangeBatch) -> Snapshot {
-        let mut next = self.clone();
-        next.derived = Derived::default();
-        if batch.complete {
+        let mut builder = self.builder();
+        builder.begin(batch.complete);
+        builder.finish(batch)
+    }
+
+    /// A builder of the next snapshot from this one (see [`SnapshotBuilder`]).
+    pub fn builder(&self) -> SnapshotBuilder {
+        SnapshotBuilder {
+            base: self.clone(),
+            next: self.clone(),
+        }
+    }
+
+    /// The database's whole state (`batch` is complete) in place of this snapshot's, which
+    /// the database no longer holds: a new epoch.
+    pub fn reload(&self, batch: ChangeBatch) -> Snapshot {
+        let mut next = self.apply(ChangeBatch {
+            complete: true,
+            ..batch
+        });
+        next.epoch = self.epoch + 1;
+        next
+    }
+}
+
+/// The next snapshot, built from the previous one as the store reads the resources that
+/// changed ([`ResourceSink`]): each is indexed as it arrives, so that a large write is never
+/// held twice (as read, and as indexed).
+#[derive(Debug)]
+pub struct SnapshotBuilder {
+    base: Snapshot,
+    next: Snapshot,
+}
+
+impl ResourceSink for SnapshotBuilder {
+    fn begin(&mut self, complete: bool) {
+        self.next = self.base.clone();
+        self.next.derived = Derived::default();
+        if complete {
             // The whole state: nothing held before counts, and the change lists no longer
             // join up with it.
-            next.resources = OrdMap::new();
-            next.history = Vector::new();
-            next.history_bytes = 0;
+            self.next.resources = OrdMap::new();
+            self.next.history = Vector::new();
+            self.next.history_bytes = 0;
         }
+    }
+
+    fn put(&mut self, stored: StoredResource) {
+        let resources = &mut self.next.resources;
+        let type_url = match resources.get_key_value(stored.key.type_url.as_str()) {
+            Some((type_url, _)) => type_url.clone(),
+            None => {
+                let type_url: Arc<str> = Arc::from(stored.key.type_url.as_str());
+                resources.insert(type_url.clone(), OrdMap::new());
+                type_url
+            }
+        };
+        let resource = Arc::new(IndexedResource::from_stored(stored, type_url.clone()));
+        if let Some(by_name) = resources.get_mut(&*type_url) {
+            by_name.insert(resource.name.clone(), resource);
+        }
+    }
+}
+
+impl SnapshotBuilder {
+    /// The snapshot: what was put, with `batch`'s deletions, change lists and revision
+    /// (its resources, if any, are put first).
+    pub fn finish(mut self, batch: ChangeBatch) -> Snapshot {
+        for stored in batch.resources {
+            self.put(stored);
+        }
+        let mut next = self.next;
         for key in batch.deleted {
             if let Some(by_name) = next.resources.get_mut(key.type_url.as_str()) {
                 by_name.remove(key.name.as_str());
@@ -412,26 +481,12 @@ impl Snapshot {
                 }
             }
         }
-        for stored in batch.resources {
-            let type_url = match next.resources.get_key_value(stored.key.type_url.as_str()) {
-                Some((type_url, _)) => type_url.clone(),
-                None => {
-                    let type_url: Arc<str> = Arc::from(stored.key.type_url.as_str());
-                    next.resources.insert(type_url.clone(), OrdMap::new());
-                    type_url
-                }
-            };
-            let resource = Arc::new(IndexedResource::from_stored(stored, type_url.clone()));
-            if let Some(by_name) = next.resources.get_mut(&*type_url) {
-                by_name.insert(resource.name.clone(), resource);
-            }
-        }
         for change in batch.revisions {
             let change = RevisionChanges {
                 revision: change.revision,
                 commit_id: change.commit_id,
                 committed_at_ms: change.committed_at_ms,
-                changed: change.changed.into(),
+                changed: change.changed.into_iter().map(Arc::new).collect(),
                 author: change.author.map(Into::into),
                 message: change.message.map(Into::into),
             };
@@ -446,17 +501,6 @@ impl Snapshot {
         }
         next.revision = batch.revision;
         next.commit_id = batch.commit_id;
-        next
-    }
-
-    /// The database's whole state (`batch` is complete) in place of this snapshot's, which
-    /// the database no longer holds: a new epoch.
-    pub fn reload(&self, batch: ChangeBatch) -> Snapshot {
-        let mut next = self.apply(ChangeBatch {
-            complete: true,
-            ..batch
-        });
-        next.epoch = self.epoch + 1;
         next
     }
 }
@@ -512,7 +556,9 @@ pub async fn start_with(
     store: Store,
     options: IndexOptions,
 ) -> Result<(Index, JoinHandle<()>), StoreError> {
-    let initial = Snapshot::empty(options).apply(store.current_state().await?);
+    let mut builder = Snapshot::empty(options).builder();
+    let batch = store.current_state_into(&mut builder).await?;
+    let initial = builder.finish(batch);
     debug!(
         revision = initial.revision,
         resources = initial.len(),
@@ -552,10 +598,25 @@ async fn follow(store: Store, tx: watch::Sender<Arc<Snapshot>>) {
                 }
             }
         }
-        let followed = (|| store.changes_after(current.revision, current.commit_id))
-            .retry(retry_policy())
-            .notify(|e, after| error!(error = %e, ?after, "reading changes for the index failed; retrying"))
-            .await;
+        // The changed resources are indexed as they are read (each attempt starts over).
+        let (builder, followed) = {
+            |mut builder: SnapshotBuilder| {
+                let store = &store;
+                let current = &current;
+                async move {
+                    let followed = store
+                        .changes_after_into(current.revision, current.commit_id, &mut builder)
+                        .await;
+                    (builder, followed)
+                }
+            }
+        }
+        .retry(retry_policy())
+        .context(current.builder())
+        .notify(
+            |e, after| error!(error = %e, ?after, "reading changes for the index failed; retrying"),
+        )
+        .await;
         match followed {
             Ok(Followed::Changes(batch)) if batch.revision <= current.revision => {
                 // Nothing new. If the head this process knows of is ahead of the database (it
@@ -565,7 +626,7 @@ async fn follow(store: Store, tx: watch::Sender<Arc<Snapshot>>) {
                 }
             }
             Ok(Followed::Changes(batch)) => {
-                let next = current.apply(batch);
+                let next = builder.finish(batch);
                 debug!(revision = next.revision, "index advanced");
                 tx.send_replace(Arc::new(next));
             }
@@ -576,15 +637,25 @@ async fn follow(store: Store, tx: watch::Sender<Arc<Snapshot>>) {
                     "the database no longer holds the indexed revision (restored, or failed \
                      over to a lagging replica); reloading the index"
                 );
-                let batch = (|| store.current_state())
-                    .retry(retry_policy())
-                    .notify(|e, after| {
-                        error!(error = %e, ?after, "reloading the index failed; retrying")
-                    })
-                    .await;
+                let (builder, batch) = {
+                    |mut builder: SnapshotBuilder| {
+                        let store = &store;
+                        async move {
+                            let batch = store.current_state_into(&mut builder).await;
+                            (builder, batch)
+                        }
+                    }
+                }
+                .retry(retry_policy())
+                .context(current.builder())
+                .notify(
+                    |e, after| error!(error = %e, ?after, "reloading the index failed; retrying"),
+                )
+                .await;
                 match batch {
                     Ok(batch) => {
-                        let reloaded = current.reload(batch);
+                        let mut reloaded = builder.finish(batch);
+                        reloaded.epoch = current.epoch + 1;
                         warn!(
                             revision = reloaded.revision,
                             epoch = reloaded.epoch,

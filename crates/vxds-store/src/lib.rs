@@ -16,13 +16,13 @@ mod store;
 
 pub use error::{ApplyError, Conflict, RestoreError, StoreError};
 pub use index::{
-    DEFAULT_INDEX_HISTORY_BYTES, Derivation, DerivedKey, Index, IndexOptions, IndexedResource,
-    IndexedVariant, Snapshot,
+    ChangedKey, DEFAULT_INDEX_HISTORY_BYTES, Derivation, DerivedKey, Index, IndexOptions,
+    IndexedResource, IndexedVariant, Snapshot, SnapshotBuilder,
 };
 pub use model::*;
 pub use retention::{DEFAULT_RETENTION, Retention};
 pub use store::{
     Backend, DEFAULT_ACQUIRE_TIMEOUT, DEFAULT_STATEMENT_TIMEOUT, DownReason, PROBE_PERIOD,
-    PruneStep, Store, StoreMetrics, StoreOptions, StoreState, migrate_url, redact,
+    PruneStep, ResourceSink, Store, StoreMetrics, StoreOptions, StoreState, migrate_url, redact,
 };
 pub use vxds_envoy::changeset::ResourceKey;

@@ -44,6 +44,7 @@ use crate::error::StoreError;
 
 pub use health::{DownReason, PROBE_PERIOD, StoreState};
 pub use prune::PruneStep;
+pub use read::ResourceSink;
 
 static MIGRATIONS: Migrator = sqlx::migrate!("../../migrations");
 

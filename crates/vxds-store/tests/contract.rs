@@ -786,7 +786,10 @@ async fn the_index_follows_every_commit(db: TestDb) {
         v1.constraints.to_string(),
         r#"env = "prod" && version = "v1""#
     );
-    assert_eq!(snapshot.changed_since(1), Some([key(ROUTE, "r")].into()));
+    assert_eq!(
+        snapshot.changed_since(1),
+        Some([std::sync::Arc::new(key(ROUTE, "r"))].into())
+    );
     // The old snapshot still holds the old state.
     assert_eq!(index.wait_for(0).await.revision, 2);
 
@@ -801,7 +804,10 @@ async fn the_index_follows_every_commit(db: TestDb) {
         .await
         .unwrap();
     assert!(snapshot.get(ROUTE, "r").is_none());
-    assert_eq!(snapshot.changed_since(0), Some([key(ROUTE, "r")].into()));
+    assert_eq!(
+        snapshot.changed_since(0),
+        Some([std::sync::Arc::new(key(ROUTE, "r"))].into())
+    );
     writer.abort();
 }
 

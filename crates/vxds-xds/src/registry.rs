@@ -26,7 +26,6 @@ use std::sync::{Arc, Mutex};
 use smallvec::SmallVec;
 use tokio::sync::{Notify, watch};
 use vxds_core::xdstp::XdstpUrn;
-use vxds_envoy::changeset::ResourceKey;
 use vxds_store::{Index, Snapshot};
 
 use crate::machine::{StreamInterest, StreamMachine};
@@ -61,8 +60,9 @@ impl Hasher for IdHasher {
 type Ids = BuildHasherDefault<IdHasher>;
 type IdSet = HashSet<u64, Ids>;
 
-/// A changed resource, shared by every inbox it is marked in (a revision marks thousands).
-pub type ChangedKey = Arc<ResourceKey>;
+/// A changed resource, shared by the index's change list and every inbox it is marked in (a
+/// revision marks thousands).
+pub use vxds_store::ChangedKey;
 
 /// The changes waiting for one stream.
 #[derive(Debug, Default)]
@@ -504,7 +504,7 @@ impl Registry {
 
     /// Tells the streams `snapshot` concerns what changed (everything, when `changed` is
     /// `None`), then publishes it.
-    pub fn dispatch(&self, snapshot: Arc<Snapshot>, changed: Option<BTreeSet<ResourceKey>>) {
+    pub fn dispatch(&self, snapshot: Arc<Snapshot>, changed: Option<BTreeSet<ChangedKey>>) {
         let revision = snapshot.revision;
         let epoch = snapshot.epoch;
         self.rollouts.dispatching_in(
@@ -514,8 +514,7 @@ impl Registry {
             snapshot.committed_at_ms(),
         );
         // Shared by every inbox marked: a stream's costs an `Arc`, not two strings.
-        let changed: Option<Arc<[ChangedKey]>> =
-            changed.map(|c| c.into_iter().map(Arc::new).collect());
+        let changed: Option<Arc<[ChangedKey]>> = changed.map(|c| c.into_iter().collect());
         if let Ok(mut indexes) = self.indexes.lock() {
             indexes.dispatching = Some(Dispatching {
                 revision,
@@ -699,11 +698,11 @@ mod tests {
         interest
     }
 
-    fn key(type_url: &str, name: &str) -> ResourceKey {
-        ResourceKey {
+    fn key(type_url: &str, name: &str) -> ChangedKey {
+        Arc::new(vxds_store::ResourceKey {
             type_url: type_url.to_owned(),
             name: name.to_owned(),
-        }
+        })
     }
 
     fn names(marked: &Marked) -> Vec<&str> {
@@ -723,7 +722,7 @@ mod tests {
         registry.set_interest(1, interest(CDS, &["c0"], true));
         registry.set_interest(2, interest(CDS, &["c1"], false));
         registry.set_interest(3, interest(LDS, &[], true));
-        let changed: BTreeSet<ResourceKey> = [key(CDS, "c0"), key(CDS, "c1")].into();
+        let changed: BTreeSet<ChangedKey> = [key(CDS, "c0"), key(CDS, "c1")].into();
         registry.dispatch(snapshot(2), Some(changed));
 
         let (both, named, other) = (both.inbox.take(), named.inbox.take(), other.inbox.take());

@@ -4,7 +4,7 @@
 //! read transaction), so the state it returns is exactly one revision's: the index never holds a
 //! mix of two.
 
-use std::collections::{BTreeMap, BTreeSet, HashMap, HashSet};
+use std::collections::{BTreeMap, HashMap};
 
 use futures::TryStreamExt;
 use sqlx::any::AnyRow;
@@ -30,6 +30,30 @@ const STORED_LIMITS: Limits = Limits {
 
 const RESOURCE_COLUMNS: &str = "r.type_url, r.name, r.version, r.revision, r.created_revision, r.created_at_ms, r.updated_at_ms, r.shared";
 const VARIANT_COLUMNS: &str = "v.type_url, v.name, v.variant_id, v.constraints, v.body, v.version, v.created_at_ms, v.updated_at_ms, v.ttl_ms";
+/// A resource's columns, then its variant's (NULL for a resource without any), one row per
+/// variant: the change feed reads each resource whole as it comes.
+const RESOURCE_VARIANT_COLUMNS: &str = "r.type_url, r.name, r.version, r.revision, r.created_revision, r.created_at_ms, r.updated_at_ms, r.shared, \
+     v.variant_id, v.constraints, v.body, v.version, v.created_at_ms, v.updated_at_ms, v.ttl_ms";
+
+/// Where the change feed puts the resources it reads, one at a time, so that a reader that
+/// builds something from them (the index) never holds them all as read.
+pub trait ResourceSink: Send {
+    /// Called before the first resource of every attempt: `complete` says that the resources
+    /// that follow are the whole state, not what changed. Whatever an earlier attempt put is
+    /// to be forgotten.
+    fn begin(&mut self, complete: bool);
+    fn put(&mut self, resource: StoredResource);
+}
+
+/// Collects them, for [`ChangeBatch::resources`].
+impl ResourceSink for Vec<StoredResource> {
+    fn begin(&mut self, _complete: bool) {
+        self.clear();
+    }
+    fn put(&mut self, resource: StoredResource) {
+        self.push(resource);
+    }
+}
 
 impl Store {
     /// One resource with its variants.
@@ -69,11 +93,12 @@ impl Store {
     /// Everything committed after `revision`, from one snapshot. For 0, or a revision the
     /// retention has since pruned, the batch is `complete`: every resource, the whole state.
     pub async fn changes_since(&self, revision: u64) -> Result<ChangeBatch, StoreError> {
+        let mut resources = Vec::new();
         match self
-            .guarded(self.fetch_changes(revision, false, None))
+            .guarded(self.fetch_changes(revision, false, None, &mut resources))
             .await?
         {
-            Followed::Changes(batch) => Ok(batch),
+            Followed::Changes(batch) => Ok(ChangeBatch { resources, ..batch }),
             Followed::Diverged { .. } => Err(StoreError::Corrupt(
                 "a change feed read without a commit id diverged".into(),
             )),
@@ -89,14 +114,48 @@ impl Store {
         revision: u64,
         commit_id: i64,
     ) -> Result<Followed, StoreError> {
-        self.guarded(self.fetch_changes(revision, false, Some(commit_id)))
+        let mut resources = Vec::new();
+        Ok(
+            match self
+                .guarded(self.fetch_changes(revision, false, Some(commit_id), &mut resources))
+                .await?
+            {
+                Followed::Changes(batch) => Followed::Changes(ChangeBatch { resources, ..batch }),
+                diverged => diverged,
+            },
+        )
+    }
+
+    /// [`Store::changes_after`] with the resources given to `sink` as they are read rather
+    /// than collected: the batch returned has none.
+    pub async fn changes_after_into(
+        &self,
+        revision: u64,
+        commit_id: i64,
+        sink: &mut dyn ResourceSink,
+    ) -> Result<Followed, StoreError> {
+        self.guarded(self.fetch_changes(revision, false, Some(commit_id), sink))
             .await
     }
 
     /// The head's state: every resource, and the head revision's change list — what the index
     /// starts from. Its cost is the state's size, not the history's length.
     pub async fn current_state(&self) -> Result<ChangeBatch, StoreError> {
-        match self.guarded(self.fetch_changes(0, true, None)).await? {
+        let mut resources = Vec::new();
+        let batch = self.current_state_into(&mut resources).await?;
+        Ok(ChangeBatch { resources, ..batch })
+    }
+
+    /// [`Store::current_state`] with the resources given to `sink` as they are read: the
+    /// batch returned has none.
+    pub async fn current_state_into(
+        &self,
+        sink: &mut dyn ResourceSink,
+    ) -> Result<ChangeBatch, StoreError> {
+        match self
+            .guarded(self.fetch_changes(0, true, None, sink))
+            .await?
+        {
             Followed::Changes(batch) => Ok(batch),
             Followed::Diverged { .. } => Err(StoreError::Corrupt(
                 "reading the whole state diverged".into(),
@@ -303,12 +362,13 @@ impl Store {
 
     /// What changed after `revision`; with `state_only`, the whole state and only the head
     /// revision's change list. With `commit_id`, first checks that `revision` is still that
-    /// commit.
+    /// commit. The resources go to `sink`, not into the batch.
     async fn fetch_changes(
         &self,
         revision: u64,
         state_only: bool,
         commit_id: Option<i64>,
+        sink: &mut dyn ResourceSink,
     ) -> Result<Followed, StoreError> {
         let (mut revision, mut state_only) = (revision.min(i64::MAX as u64), state_only);
         let mut tx = self.begin_snapshot().await?;
@@ -356,6 +416,7 @@ impl Store {
         }
         if head <= revision && !state_only {
             tx.commit().await?;
+            sink.begin(false);
             return Ok(Followed::Changes(ChangeBatch {
                 revision: head,
                 commit_id: head_commit,
@@ -412,54 +473,58 @@ impl Store {
                      WHERE c.revision > $1 AND c.type_url = r.type_url AND c.name = r.name)"
         };
         let sql = sqlx::AssertSqlSafe(format!(
-            "SELECT {RESOURCE_COLUMNS} FROM vxds_resources r WHERE {filter} ORDER BY r.type_url, r.name"
+            "SELECT {RESOURCE_VARIANT_COLUMNS} FROM vxds_resources r LEFT JOIN vxds_variants v \
+                 ON v.type_url = r.type_url AND v.name = r.name \
+             WHERE {filter} ORDER BY r.type_url, r.name, v.position"
         ));
-        // In the database's order; the variants below come in the same order (same columns,
-        // same collation), so each finds its resource by walking forward, without a map of
-        // every key (a second copy of each).
-        let mut resources: Vec<StoredResource> = Vec::new();
-        let mut rows = sqlx::query(sql).bind(revision as i64).fetch(&mut *tx);
-        while let Some(row) = rows.try_next().await? {
-            resources.push(resource_from_row(&row)?);
-        }
-        drop(rows);
-        let sql = sqlx::AssertSqlSafe(format!(
-            "SELECT {VARIANT_COLUMNS} FROM vxds_variants v JOIN vxds_resources r \
-                 ON r.type_url = v.type_url AND r.name = v.name \
-             WHERE {filter} ORDER BY v.type_url, v.name, v.position"
-        ));
-        let mut at = 0;
+        // A touched key that no resource row matches was deleted. Marked, not copied.
+        let mut touched: HashMap<&ResourceKey, bool> = revisions
+            .iter()
+            .flat_map(|r| &r.changed)
+            .map(|k| (k, false))
+            .collect();
+        sink.begin(complete);
+        // Each resource is whole once the rows move on to the next: its variants are
+        // consecutive (ordered by key, then position).
+        let mut reading: Option<StoredResource> = None;
         let mut rows = sqlx::query(sql).bind(revision as i64).fetch(&mut *tx);
         while let Some(row) = rows.try_next().await? {
             let (type_url, name): (&str, &str) = (row.try_get(0)?, row.try_get(1)?);
-            while resources
-                .get(at)
-                .is_some_and(|r| r.key.type_url != type_url || r.key.name != name)
-            {
-                at += 1;
+            let same = reading
+                .as_ref()
+                .is_some_and(|r| r.key.type_url == type_url && r.key.name == name);
+            if !same {
+                if let Some(done) = reading.take() {
+                    if let Some(seen) = touched.get_mut(&done.key) {
+                        *seen = true;
+                    }
+                    sink.put(done);
+                }
+                reading = Some(resource_from_row(&row)?);
             }
-            let Some(resource) = resources.get_mut(at) else {
-                return Err(StoreError::Corrupt(format!(
-                    "a variant of `{name}` ({type_url}) out of the resources' order"
-                )));
-            };
-            resource.variants.push(variant_from_row(&row)?);
+            if let (Some(resource), Some(variant)) = (reading.as_mut(), variant_at(&row, 8)?) {
+                resource.variants.push(variant);
+            }
         }
         drop(rows);
+        if let Some(done) = reading.take() {
+            if let Some(seen) = touched.get_mut(&done.key) {
+                *seen = true;
+            }
+            sink.put(done);
+        }
         tx.commit().await?;
-        let kept: HashSet<&ResourceKey> = resources.iter().map(|r| &r.key).collect();
-        let touched: BTreeSet<&ResourceKey> = revisions.iter().flat_map(|r| &r.changed).collect();
-        let deleted = touched
+        let mut deleted: Vec<ResourceKey> = touched
             .into_iter()
-            .filter(|k| !kept.contains(*k))
-            .cloned()
+            .filter(|(_, seen)| !seen)
+            .map(|(k, _)| k.clone())
             .collect();
-        drop(kept);
+        deleted.sort_unstable();
         Ok(Followed::Changes(ChangeBatch {
             revision: head,
             commit_id: head_commit,
             revisions,
-            resources,
+            resources: Vec::new(),
             deleted,
             complete,
         }))
@@ -512,6 +577,24 @@ fn variant_from_row(row: &AnyRow) -> Result<StoredVariant, StoreError> {
         updated_at_ms: row.try_get(7)?,
         ttl: ttl_from_ms(row.try_get(8)?)?,
     })
+}
+
+/// The variant whose columns start at `at` (id, constraints, body, version, created,
+/// updated, TTL), or `None` where an outer join found none.
+fn variant_at(row: &AnyRow, at: usize) -> Result<Option<StoredVariant>, StoreError> {
+    let Some(id) = row.try_get::<Option<String>, _>(at)? else {
+        return Ok(None);
+    };
+    let (id, constraints) = stored_constraints(id, row.try_get(at + 1)?)?;
+    Ok(Some(StoredVariant {
+        id,
+        constraints,
+        body: row.try_get(at + 2)?,
+        version: row.try_get(at + 3)?,
+        created_at_ms: row.try_get(at + 4)?,
+        updated_at_ms: row.try_get(at + 5)?,
+        ttl: ttl_from_ms(row.try_get(at + 6)?)?,
+    }))
 }
 
 /// A stored variant id and constraint text, read back and checked against each other.

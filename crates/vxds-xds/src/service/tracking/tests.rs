@@ -225,7 +225,10 @@ impl Stream {
 pub(super) fn commit(registry: &Registry, world: &mut World, ops: Value) -> u64 {
     let changed = world.apply(ops);
     let snapshot = Arc::new(world.snapshot.clone());
-    registry.dispatch(snapshot.clone(), Some(changed));
+    registry.dispatch(
+        snapshot.clone(),
+        Some(changed.into_iter().map(Arc::new).collect()),
+    );
     snapshot.revision
 }
 
