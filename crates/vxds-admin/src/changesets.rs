@@ -1,7 +1,7 @@
 //! `POST /v1/changesets`: any number of puts and deletes, all or nothing, as one revision.
 
+use axum::Extension;
 use axum::extract::{FromRequest, Request, State};
-use axum::{Extension, Json};
 use vxds_envoy::changeset::{ChangesetRequest, Checked};
 use vxds_store::{Applied, ApplyError};
 
@@ -9,7 +9,7 @@ use crate::AdminState;
 use crate::auth::Caller;
 use crate::problem::{ApiError, ProblemBody, WriteProblems};
 use crate::query::Query;
-use crate::repr::WriteResult;
+use crate::repr::{WithChanges, WriteResult};
 
 /// Applies through the store and counts the outcome.
 pub async fn apply(
@@ -88,7 +88,7 @@ pub async fn post(
     caller: Option<Extension<Caller>>,
     Query(wait): Query<crate::rollout::WaitParams>,
     CheckedBody(checked): CheckedBody,
-) -> Result<Json<WriteResult>, ApiError> {
+) -> Result<WithChanges<WriteResult>, ApiError> {
     let author = caller.and_then(|Extension(c)| c.name);
     let waiting = wait.wait()?;
     if wait.revert_on_nack == Some(true) && waiting.is_none() {
@@ -102,11 +102,11 @@ pub async fn post(
     let applied = record(&state, result, None)?;
     let committed = !applied.dry_run && !applied.changes.is_empty();
     let revision = applied.revision;
-    let mut result = crate::impact::write_result(&state, applied).await?;
+    let mut answer = crate::impact::write_result(&state, applied).await?;
     if let Some(waiting) = waiting.filter(|_| committed) {
         let revert = wait.revert_on_nack == Some(true);
-        result.rollout =
+        answer.result.rollout =
             Some(crate::rollout::follow(&state, revision, waiting, revert, author).await?);
     }
-    Ok(Json(result))
+    Ok(answer)
 }

@@ -9,8 +9,8 @@
 
 mod fleet;
 
+use axum::Extension;
 use axum::extract::State;
-use axum::{Extension, Json};
 use serde::Serialize;
 use utoipa::ToSchema;
 use vxds_core::impact::{ClientSummary, MoveKind, Population, resource_impact};
@@ -24,7 +24,7 @@ use crate::AdminState;
 use crate::auth::Caller;
 use crate::body::Payload;
 use crate::problem::{ApiError, ProblemBody, ProblemItem, WriteProblems};
-use crate::repr::{ChangeRepr, WriteResult};
+use crate::repr::{WithChanges, WriteResult};
 
 /// What a dry run would do to the connected clients.
 #[derive(Clone, Debug, Serialize, ToSchema)]
@@ -170,16 +170,16 @@ fn compute(summary: &ClientSummary, previews: &[Preview]) -> Vec<ResourceImpactR
 pub(crate) async fn write_result(
     state: &AdminState,
     applied: Applied,
-) -> Result<WriteResult, ApiError> {
+) -> Result<WithChanges<WriteResult>, ApiError> {
     let impact = if applied.dry_run {
         Some(report(state, applied.previews).await?)
     } else {
         None
     };
-    Ok(WriteResult {
+    let result = WriteResult {
         revision: applied.revision,
         dry_run: applied.dry_run,
-        changed: applied.changes.into_iter().map(ChangeRepr::from).collect(),
+        changed: Vec::new(),
         warnings: applied
             .warnings
             .into_iter()
@@ -187,6 +187,10 @@ pub(crate) async fn write_result(
             .collect(),
         impact,
         rollout: None,
+    };
+    Ok(WithChanges {
+        result,
+        changes: applied.changes,
     })
 }
 
@@ -214,9 +218,9 @@ pub async fn preview(
     State(state): State<AdminState>,
     caller: Option<Extension<Caller>>,
     Payload(mut request): Payload<ChangesetRequest>,
-) -> Result<Json<WriteResult>, ApiError> {
+) -> Result<WithChanges<WriteResult>, ApiError> {
     request.dry_run = true;
     let author = caller.and_then(|Extension(c)| c.name);
     let applied = crate::changesets::apply(&state, request, author, None).await?;
-    Ok(Json(write_result(&state, applied).await?))
+    write_result(&state, applied).await
 }

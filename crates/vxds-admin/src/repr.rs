@@ -190,13 +190,131 @@ pub fn revision_repr(revision: &Revision, shown: usize) -> RevisionRepr {
     }
 }
 
+/// A write's answer (`result`, serialised with its `changed` list empty) with `changes` as that
+/// list, serialised a chunk at a time as the body is sent: an answer of 100,000 changes is
+/// never held whole, as text nor as representations.
+#[derive(Debug)]
+pub struct WithChanges<T> {
+    pub result: T,
+    pub changes: Vec<Change>,
+}
+
+/// Changes serialised per body chunk.
+const CHANGES_PER_CHUNK: usize = 1_000;
+
+impl<T: Serialize> axum::response::IntoResponse for WithChanges<T> {
+    fn into_response(self) -> axum::response::Response {
+        use axum::http::{StatusCode, header};
+        const SLOT: &[u8] = b"\"changed\":[]";
+        let whole = match serde_json::to_vec(&self.result) {
+            Ok(whole) => whole,
+            Err(e) => {
+                tracing::error!(error = %e, "serialising a write's answer");
+                return StatusCode::INTERNAL_SERVER_ERROR.into_response();
+            }
+        };
+        // The answer's own key comes before any nested object's; inside a string the quotes
+        // would be escaped, so the first match is the key.
+        let Some(at) = whole.windows(SLOT.len()).position(|w| w == SLOT) else {
+            tracing::error!("a write's answer without its `changed` list");
+            return StatusCode::INTERNAL_SERVER_ERROR.into_response();
+        };
+        let split = at + SLOT.len() - 1;
+        let tail = axum::body::Bytes::copy_from_slice(&whole[split..]);
+        let mut whole = whole;
+        whole.truncate(split);
+        let head = axum::body::Bytes::from(whole);
+        let mut changes = self.changes.into_iter().peekable();
+        let chunks = std::iter::from_fn(move || {
+            changes.peek()?;
+            let mut chunk = Vec::with_capacity(CHANGES_PER_CHUNK * 160);
+            for (i, change) in changes.by_ref().take(CHANGES_PER_CHUNK).enumerate() {
+                if i > 0 {
+                    chunk.push(b',');
+                }
+                if let Err(e) = serde_json::to_writer(&mut chunk, &ChangeRepr::from(change)) {
+                    tracing::error!(error = %e, "serialising a change");
+                    return Some(Err(std::io::Error::other(e)));
+                }
+            }
+            if changes.peek().is_some() {
+                chunk.push(b',');
+            }
+            Some(Ok(axum::body::Bytes::from(chunk)))
+        });
+        let body = std::iter::once(Ok(head))
+            .chain(chunks)
+            .chain(std::iter::once(Ok(tail)));
+        (
+            [(header::CONTENT_TYPE, "application/json")],
+            axum::body::Body::from_stream(futures::stream::iter(body)),
+        )
+            .into_response()
+    }
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
+    use axum::response::IntoResponse;
+    use vxds_store::ResourceKey;
 
     #[test]
     fn timestamps_are_rfc3339_utc() {
         assert_eq!(timestamp(0), "1970-01-01T00:00:00Z");
         assert_eq!(timestamp(1_795_000_000_123), "2026-11-18T11:06:40.123Z");
+    }
+
+    #[derive(Serialize)]
+    struct Answer {
+        revision: u64,
+        dry_run: bool,
+        changed: Vec<ChangeRepr>,
+        summary: String,
+    }
+
+    fn change(i: usize) -> Change {
+        Change {
+            key: ResourceKey {
+                type_url: "type.googleapis.com/envoy.config.cluster.v3.Cluster".into(),
+                name: format!("c{i}"),
+            },
+            change: ChangeKind::Created,
+            version: Some(format!("v{i}")),
+        }
+    }
+
+    /// Streamed chunk by chunk, the answer is the same JSON as serialised whole.
+    #[tokio::test]
+    async fn an_answer_with_its_changes_streamed_is_the_whole_answer() {
+        for count in [0, 1, 2, CHANGES_PER_CHUNK, CHANGES_PER_CHUNK + 1, 2_500] {
+            let answer = || Answer {
+                revision: 7,
+                dry_run: false,
+                changed: Vec::new(),
+                summary: r#"text with "changed":[] in it"#.into(),
+            };
+            let changes: Vec<Change> = (0..count).map(change).collect();
+            let whole = serde_json::to_value(Answer {
+                changed: changes.iter().map(change_repr).collect(),
+                ..answer()
+            })
+            .unwrap();
+            let response = WithChanges {
+                result: answer(),
+                changes,
+            }
+            .into_response();
+            assert_eq!(
+                response.headers()["content-type"],
+                "application/json",
+                "{count}"
+            );
+            let body = axum::body::to_bytes(response.into_body(), usize::MAX)
+                .await
+                .unwrap();
+            let streamed: Value = serde_json::from_slice(&body).unwrap();
+            assert_eq!(streamed, whole, "{count} changes");
+        }
     }
 }

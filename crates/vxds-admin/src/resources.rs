@@ -492,7 +492,7 @@ pub async fn delete(
     path: ResourcePath,
     headers: HeaderMap,
     Query(params): Query<WriteParams>,
-) -> Result<Json<WriteResult>, ApiError> {
+) -> Result<crate::repr::WithChanges<WriteResult>, ApiError> {
     let (expected_version, _) = preconditions(&headers, "DELETE")?;
     let request = ChangesetRequest {
         expected_revision: None,
@@ -515,5 +515,5 @@ pub async fn delete(
         Err(ApplyError::Conflict(conflict)) => return Err(condition_failed(&state, &conflict)),
         other => crate::changesets::record(&state, other, Some("/operations/0"))?,
     };
-    Ok(Json(crate::impact::write_result(&state, applied).await?))
+    crate::impact::write_result(&state, applied).await
 }

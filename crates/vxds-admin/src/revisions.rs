@@ -14,7 +14,9 @@ use crate::body::Payload;
 use crate::changesets;
 use crate::problem::{ApiError, ProblemBody, ProblemItem, ReadProblems, WriteProblems};
 use crate::query::{PathParams, Query};
-use crate::repr::{CHANGES_SHOWN, ChangeRepr, RevisionRepr, change_repr, revision_repr};
+use crate::repr::{
+    CHANGES_SHOWN, ChangeRepr, RevisionRepr, WithChanges, change_repr, revision_repr,
+};
 
 mod diff;
 
@@ -286,7 +288,7 @@ pub async fn restore(
     caller: Option<Extension<Caller>>,
     path: PathParams,
     Payload(request): Payload<RestoreRequest>,
-) -> Result<Json<RestoreResult>, ApiError> {
+) -> Result<WithChanges<RestoreResult>, ApiError> {
     let n = revision_number(&path)?;
     let author = caller.and_then(|Extension(c)| c.name);
     let options = RestoreOptions {
@@ -313,17 +315,21 @@ pub async fn restore(
     } else {
         None
     };
-    Ok(Json(RestoreResult {
+    let result = RestoreResult {
         restored_to: n,
         revision: applied.revision,
         dry_run: applied.dry_run,
         summary,
-        changed: applied.changes.into_iter().map(ChangeRepr::from).collect(),
+        changed: Vec::new(),
         warnings: applied
             .warnings
             .into_iter()
             .map(|p| ProblemItem::from_problem(p, None))
             .collect(),
         impact,
-    }))
+    };
+    Ok(WithChanges {
+        result,
+        changes: applied.changes,
+    })
 }
