@@ -14,6 +14,12 @@ use axum::response::Response;
 use http_body_util::BodyExt;
 use serde_json::Value;
 
+/// Marks an answer that cannot hold key material (built from names, versions, counts and
+/// problem texts, never from a resource's body): it is passed on as it streams, not collected
+/// and searched.
+#[derive(Clone, Copy, Debug)]
+pub struct HoldsNoKeyMaterial;
+
 /// What stands in for redacted key material.
 pub const REDACTED: &str = "<redacted: needs a secrets token>";
 
@@ -94,6 +100,9 @@ pub fn redact_secrets(value: &mut Value) -> bool {
 /// responses (YAML exports redact as they write; event streams carry no bodies) pass as they
 /// are.
 pub async fn redact_response(response: Response) -> Response {
+    if response.extensions().get::<HoldsNoKeyMaterial>().is_some() {
+        return response;
+    }
     let is_json = response
         .headers()
         .get(header::CONTENT_TYPE)

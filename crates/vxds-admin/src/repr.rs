@@ -245,11 +245,17 @@ impl<T: Serialize> axum::response::IntoResponse for WithChanges<T> {
         let body = std::iter::once(Ok(head))
             .chain(chunks)
             .chain(std::iter::once(Ok(tail)));
-        (
+        // Names, versions and problem texts only: redaction has nothing to do, and would
+        // collect the whole answer to find that out.
+        let mut response = (
             [(header::CONTENT_TYPE, "application/json")],
             axum::body::Body::from_stream(futures::stream::iter(body)),
         )
-            .into_response()
+            .into_response();
+        response
+            .extensions_mut()
+            .insert(crate::redact::HoldsNoKeyMaterial);
+        response
     }
 }
 

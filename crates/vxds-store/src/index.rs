@@ -27,7 +27,7 @@ use crate::model::{ChangeBatch, Followed, StoredResource};
 use crate::store::{ResourceSink, Store, retry_policy};
 
 /// The default bound of the change lists a snapshot remembers for consumers that fell behind
-/// (`--index-history-bytes`): 16 MiB, about 70,000 changed names. Beyond it, the xDS server
+/// (`--index-history-bytes`): 16 MiB, about 65,000 changed names. Beyond it, the xDS server
 /// treats every resource as changed and the event stream reads the store's history.
 pub const DEFAULT_INDEX_HISTORY_BYTES: usize = 16 << 20;
 
@@ -400,17 +400,25 @@ impl Snapshot {
     /// The next snapshot: this one with `batch` applied. The index writer builds every
     /// snapshot this way (through a [`SnapshotBuilder`], which takes the resources as the
     /// store reads them); tests and offline tools may too.
-    pub fn apply(&self, batch: ChangeBatch) -> Snapshot {
+    pub fn apply(&self, mut batch: ChangeBatch) -> Snapshot {
         let mut builder = self.builder();
         builder.begin(batch.complete);
+        // Deletions first, then the resources: a key in both ends present, as the store never
+        // sends (its deletions are what it no longer has).
+        for key in std::mem::take(&mut batch.deleted) {
+            builder.delete(&key);
+        }
         builder.finish(batch)
     }
 
     /// A builder of the next snapshot from this one (see [`SnapshotBuilder`]).
     pub fn builder(&self) -> SnapshotBuilder {
+        let mut next = self.clone();
+        // What was derived from this snapshot does not hold for the next.
+        next.derived = Derived::default();
         SnapshotBuilder {
             base: self.clone(),
-            next: self.clone(),
+            next,
         }
     }
 
@@ -466,21 +474,26 @@ impl ResourceSink for SnapshotBuilder {
 }
 
 impl SnapshotBuilder {
-    /// The snapshot: what was put, with `batch`'s deletions, change lists and revision
-    /// (its resources, if any, are put first).
+    fn delete(&mut self, key: &ResourceKey) {
+        let resources = &mut self.next.resources;
+        if let Some(by_name) = resources.get_mut(key.type_url.as_str()) {
+            by_name.remove(key.name.as_str());
+            if by_name.is_empty() {
+                resources.remove(key.type_url.as_str());
+            }
+        }
+    }
+
+    /// The snapshot: what was put, with `batch`'s resources (if any) put and its deletions
+    /// made, and its change lists and revision. [`ResourceSink::begin`] must have been called.
     pub fn finish(mut self, batch: ChangeBatch) -> Snapshot {
         for stored in batch.resources {
             self.put(stored);
         }
-        let mut next = self.next;
-        for key in batch.deleted {
-            if let Some(by_name) = next.resources.get_mut(key.type_url.as_str()) {
-                by_name.remove(key.name.as_str());
-                if by_name.is_empty() {
-                    next.resources.remove(key.type_url.as_str());
-                }
-            }
+        for key in &batch.deleted {
+            self.delete(key);
         }
+        let mut next = self.next;
         for change in batch.revisions {
             let change = RevisionChanges {
                 revision: change.revision,
