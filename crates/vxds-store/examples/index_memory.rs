@@ -3,7 +3,7 @@
 //! follower reads it (one change batch), then applied to an empty snapshot.
 //!
 //! ```sh
-//! cargo run --release -p vxds-store --example index_memory -- --clusters 100000 --variants 1
+//! cargo run -p vxds-store --example index_memory -- --clusters 20000 --variants 1
 //! ```
 //!
 //! It prints the batch's bytes, the snapshot's bytes once the batch is gone, and the peak while
