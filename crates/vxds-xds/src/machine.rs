@@ -21,7 +21,7 @@
 //!   flight has been answered, in the reverse order.
 
 #[cfg(test)]
-mod tests;
+pub(crate) mod tests;
 mod tracking;
 mod type_state;
 

@@ -28,13 +28,13 @@ mod subscriptions;
 mod summary;
 mod ttl;
 
-/// A store in memory: changesets in, snapshots out.
-struct World {
-    snapshot: Snapshot,
+/// A store in memory: changesets in, snapshots out (the stream tests of `service` use it too).
+pub(crate) struct World {
+    pub(crate) snapshot: Snapshot,
 }
 
 impl World {
-    fn new() -> Self {
+    pub(crate) fn new() -> Self {
         Self {
             snapshot: Snapshot::default(),
         }
@@ -42,7 +42,7 @@ impl World {
 
     /// Applies put (`{"type", "name", "variants"}`) and delete (`{"op": "delete", ...}`)
     /// operations as one revision; returns the changed keys.
-    fn apply(&mut self, ops: Value) -> Vec<ResourceKey> {
+    pub(crate) fn apply(&mut self, ops: Value) -> Vec<ResourceKey> {
         let ops: Vec<Value> = ops
             .as_array()
             .unwrap()

@@ -2,16 +2,13 @@
 //! A whole stream (machine, rollout tracking, registry) driven by client messages: what a
 //! revision waits for is what the client really fetches on the stream.
 
-use std::collections::BTreeSet;
 use std::sync::Arc;
 
 use serde_json::{Value, json};
 use vxds_core::rollout::RolloutRecord;
-use vxds_envoy::changeset::{Action, ChangesetRequest, validate};
 use vxds_envoy::pb::envoy::config::core::v3::Node;
 use vxds_envoy::pb::envoy::service::discovery::v3::{DeltaDiscoveryRequest, DiscoveryRequest};
 use vxds_envoy::pb::google::rpc::Status as RpcStatus;
-use vxds_store::{ChangeBatch, ResourceKey, RevisionChangeList, Snapshot, StoredResource};
 
 use super::*;
 use crate::machine::{MachineConfig, Protocol};
@@ -19,60 +16,7 @@ use crate::registry::{Registration, Registry};
 use crate::rollout::{Known, Mark, NEED_GRACE};
 use crate::types::{ADS, CLUSTER, ENDPOINT, LISTENER, ROUTE, SECRET, SERVICES};
 
-pub(super) struct World {
-    pub snapshot: Snapshot,
-}
-
-impl World {
-    pub fn new() -> Self {
-        Self {
-            snapshot: Snapshot::default(),
-        }
-    }
-    pub fn apply(&mut self, ops: Value) -> BTreeSet<ResourceKey> {
-        let ops: Vec<Value> = ops
-            .as_array()
-            .unwrap()
-            .iter()
-            .map(|op| {
-                let mut op = op.clone();
-                op.as_object_mut()
-                    .unwrap()
-                    .entry("op")
-                    .or_insert(json!("put"));
-                op
-            })
-            .collect();
-        let request: ChangesetRequest = serde_json::from_value(json!({"operations": ops})).unwrap();
-        let validated = validate(&request, &Default::default()).unwrap_or_else(|e| panic!("{e:?}"));
-        let revision = self.snapshot.revision + 1;
-        let mut batch = ChangeBatch {
-            revision,
-            commit_id: 0,
-            revisions: vec![RevisionChangeList {
-                revision,
-                committed_at_ms: 1,
-                changed: vec![],
-                ..Default::default()
-            }],
-            resources: vec![],
-            deleted: vec![],
-            complete: false,
-        };
-        for op in validated.changeset.operations {
-            batch.revisions[0].changed.push(op.key.clone());
-            match op.action {
-                Action::Put(resource) => batch.resources.push(StoredResource::from_validated(
-                    op.key, &resource, revision, 1,
-                )),
-                Action::Delete => batch.deleted.push(op.key),
-            }
-        }
-        let changed = batch.revisions[0].changed.iter().cloned().collect();
-        self.snapshot = self.snapshot.apply(batch);
-        changed
-    }
-}
+pub(super) use crate::machine::tests::World;
 
 pub(super) fn put(ty: &str, name: &str, resource: Value) -> Value {
     json!({"type": ty, "name": name, "variants": [{"constraints": "*", "resource": resource}]})
