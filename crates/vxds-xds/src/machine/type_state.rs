@@ -225,6 +225,10 @@ pub(crate) struct TypeState {
     /// TTL'd items just accepted with their bodies (their TTL restarted then): renewed as of
     /// the next heartbeat round, which sends them nothing yet.
     fresh: BTreeSet<ItemKey>,
+    /// TTL'd items a reconnecting client reported holding: their TTL has run since the last
+    /// server's renewal, for how long nobody knows, so the first renewal carries the body —
+    /// it restores what may have lapsed meanwhile, where a bodiless one would be refused.
+    renew_with_body: BTreeSet<ItemKey>,
 }
 
 /// Entries by sequence number, ascending: the responses in flight and what they carried.
@@ -278,6 +282,10 @@ struct Outstanding {
     since: u64,
     /// A heartbeat: it carries nothing new, so its ACK lifts no refusal.
     heartbeat: bool,
+    /// What a Delta heartbeat renewed (mostly without bodies). Envoy takes a bodiless renewal
+    /// only of a resource it holds at that version: refused, it means the client's TTL ran out
+    /// first and it dropped them. Boxed: one per type on every stream, nearly always empty.
+    renewing: Box<[ItemKey]>,
 }
 
 /// A refused response: what was computed after `since` may depend on it.
@@ -332,6 +340,7 @@ impl TypeState {
             unanswered: 0,
             renewed: BTreeMap::new(),
             fresh: BTreeSet::new(),
+            renew_with_body: BTreeSet::new(),
         }
     }
 
@@ -438,6 +447,7 @@ impl TypeState {
         by_seq(&mut self.unacked);
         map(&mut self.renewed);
         set(&mut self.fresh);
+        set(&mut self.renew_with_body);
         map(&mut self.removal_stamps);
         // Filled only while rollout tracking follows references; a full state's worth of
         // room is not kept on an idle stream.

@@ -2,6 +2,8 @@
 //! vxds is up — through a refused unrelated update, a vxds restart and (Delta) a glob
 //! subscription — and go (Envoy drops them) within the TTL once vxds is killed.
 
+use vxds_testkit::proxy::TcpProxy;
+
 use super::*;
 
 const RUNTIME: &str = "type.googleapis.com/envoy.service.runtime.v3.Runtime";
@@ -304,4 +306,67 @@ async fn delta_ttl_resources_live_through_refusals_restarts_and_globs_unified_mu
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn sotw_ttl_resources_live_through_refusals_and_restarts_unified_mux() {
     ttl_resources_live_through_refusals_and_restarts(Ads::Sotw, Mux::Unified).await;
+}
+
+/// A network stall longer than the TTL: Envoy drops the TTL'd cluster, then refuses the
+/// bodiless heartbeats that arrive when the stream recovers (it holds nothing to renew). vxds
+/// takes the refusal as the lapse it is and sends the cluster again in full: it is back at
+/// once, not at the next change of it. SotW heartbeats carry bodies and restore it anyway.
+async fn a_ttl_cluster_that_lapsed_in_a_stall_comes_back(ads: Ads, mux: Mux) {
+    let _ = rustls::crypto::ring::default_provider().install_default();
+    let dir = tempfile::tempdir().unwrap();
+    let (_vxds, admin, xds_port) = start_vxds(dir.path(), &[]);
+    let stall = TcpProxy::start(format!("127.0.0.1:{xds_port}").parse().unwrap())
+        .await
+        .unwrap();
+    let client = reqwest::Client::new();
+    apply(&client, &admin, vec![static_cluster("ttl-c", Some("2s"))]).await;
+    let (_envoy, envoy_admin) =
+        start_runtime_envoy(dir.path(), "envoy-stall", ads, mux, stall.addr.port());
+    let has_cluster = || async {
+        envoy_clusters(&client, envoy_admin)
+            .await
+            .iter()
+            .any(|c| c == "ttl-c")
+    };
+    wait_until("ttl-c in Envoy", WAIT, has_cluster).await;
+
+    stall.pause();
+    wait_until("ttl-c lapsed in the stall", TTL * 3, || async {
+        !has_cluster().await
+    })
+    .await;
+    stall.unpause();
+    wait_until(
+        "ttl-c back after the stall",
+        Duration::from_secs(5),
+        has_cluster,
+    )
+    .await;
+    if matches!(ads, Ads::Delta) {
+        // Over the same stream: Envoy refused a bodiless heartbeat of what it had dropped
+        // (a reconnect would not report it, and would get it in full anyway).
+        assert!(envoy_stat(&client, envoy_admin, "cluster_manager.cds.update_rejected").await >= 1);
+    }
+    // And it stays: renewed again from then on.
+    let start = Instant::now();
+    while start.elapsed() < TTL * 3 {
+        assert!(has_cluster().await, "ttl-c lapsed again after the stall");
+        tokio::time::sleep(Duration::from_millis(250)).await;
+    }
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn delta_a_ttl_cluster_that_lapsed_in_a_stall_comes_back() {
+    a_ttl_cluster_that_lapsed_in_a_stall_comes_back(Ads::Delta, Mux::Default).await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn delta_a_ttl_cluster_that_lapsed_in_a_stall_comes_back_unified_mux() {
+    a_ttl_cluster_that_lapsed_in_a_stall_comes_back(Ads::Delta, Mux::Unified).await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn sotw_a_ttl_cluster_that_lapsed_in_a_stall_comes_back() {
+    a_ttl_cluster_that_lapsed_in_a_stall_comes_back(Ads::Sotw, Mux::Default).await;
 }

@@ -211,7 +211,8 @@ fn delta_glob_members_get_no_heartbeats_named_and_wildcard_ones_do() {
 }
 
 /// Issue 20, finding 2: what a reconnecting client reports at the server's version is held
-/// and heartbeated, though nothing is sent again.
+/// and heartbeated, though nothing is sent again. Its TTL ran while it was away: the first
+/// renewal carries the body (a bodiless one of what has lapsed is refused), later ones none.
 #[test]
 fn delta_reported_versions_are_heartbeated_after_a_reconnect() {
     let mut world = World::new();
@@ -227,7 +228,55 @@ fn delta_reported_versions_are_heartbeated_after_a_reconnect() {
     assert_eq!(again.shortest_ttl(), Some(Duration::from_secs(2)));
     let beat = delta(&again.heartbeat(world.snapshot.revision, now())[0]);
     assert_eq!(beat.resources[0].version, first.resources[0].version);
+    assert_eq!(beat.resources[0].resource, first.resources[0].resource);
+    assert_eq!(ttl_of(&beat.resources[0]), Some(Duration::from_secs(2)));
+    again
+        .on_delta_request(delta_request(ROUTE, &[], &[], &beat.nonce))
+        .unwrap();
+    let later = now() + Duration::from_secs(2);
+    let beat = delta(&again.heartbeat(world.snapshot.revision, later)[0]);
+    assert_eq!(beat.resources[0].version, first.resources[0].version);
     assert!(beat.resources[0].resource.is_none());
+}
+
+/// A refused Delta heartbeat: the client's TTL ran out before it came (Envoy dropped the
+/// resource and refuses a bodiless renewal of it). What it renewed is sent again in full at
+/// once, nothing is held back for the refusal, and later changes flow as before.
+#[test]
+fn delta_a_refused_heartbeat_sends_what_lapsed_again_in_full() {
+    let mut world = World::new();
+    ttl_routes(&mut world);
+    let (mut m, first) = delta_subscriber(&world, "prod", &["web", "plain"]);
+    let beat = delta(&m.heartbeat(world.snapshot.revision, now())[0]);
+    assert!(beat.resources.iter().all(|r| r.resource.is_none()));
+    m.on_delta_request(nack_delta(ROUTE, &beat.nonce)).unwrap();
+    let again = delta(&m.poll(&world.snapshot)[0]);
+    let web = first.resources.iter().find(|r| r.name == "web").unwrap();
+    assert_eq!(again.resources.len(), 1, "{again:?}");
+    assert_eq!(again.resources[0].name, "web");
+    assert_eq!(again.resources[0].resource, web.resource);
+    assert_eq!(again.resources[0].version, web.version);
+    assert_eq!(ttl_of(&again.resources[0]), Some(Duration::from_secs(2)));
+    m.on_delta_request(delta_request(ROUTE, &[], &[], &again.nonce))
+        .unwrap();
+    // Renewed without its body again, and a change is not held back by the refusal.
+    let later = now() + Duration::from_secs(2);
+    let beat = delta(&m.heartbeat(world.snapshot.revision, later)[0]);
+    assert!(beat.resources[0].resource.is_none());
+    m.on_delta_request(delta_request(ROUTE, &[], &[], &beat.nonce))
+        .unwrap();
+    let changed = world.apply(json!([put(
+        "route",
+        "plain",
+        &[("*", route("plain", "changed"))]
+    )]));
+    m.on_changes(&changed);
+    let update = delta(&m.poll(&world.snapshot)[0]);
+    assert_eq!(update.resources[0].name, "plain");
+    assert_eq!(
+        route_tag(&update.resources[0].resource.as_ref().unwrap().value),
+        "changed"
+    );
 }
 
 /// Issue 20, finding 3 (Delta): a refused update leaves the client at the version it
@@ -529,4 +578,53 @@ fn the_shortest_ttl_follows_what_the_client_accepts() {
         .unwrap();
     accept(&mut m, &world);
     assert_eq!(m.shortest_ttl(), Some(Duration::from_secs(4)));
+}
+
+/// A refused heartbeat renewed what a later update already carries: that update delivers
+/// it, it is not sent twice; and what was deleted meanwhile is not sent back.
+#[test]
+fn delta_a_refused_heartbeat_spares_what_is_in_flight_or_gone() {
+    let mut world = World::new();
+    ttl_routes(&mut world);
+    let (mut m, _) = delta_subscriber(&world, "prod", &["web"]);
+    let beat = delta(&m.heartbeat(world.snapshot.revision, now())[0]);
+    let changed = world.apply(json!([
+        {"type": "route", "name": "web", "variants": [
+            {"constraints": r#"env = "prod""#, "resource": route("web", "newer"), "ttl": "2s"},
+        ]},
+    ]));
+    m.on_changes(&changed);
+    let update = delta(&m.poll(&world.snapshot)[0]);
+    assert_eq!(update.resources[0].name, "web");
+    m.on_delta_request(nack_delta(ROUTE, &beat.nonce)).unwrap();
+    assert!(m.poll(&world.snapshot).is_empty(), "sent twice");
+    m.on_delta_request(delta_request(ROUTE, &[], &[], &update.nonce))
+        .unwrap();
+    // Renewed at the update's version from then on.
+    let later = now() + Duration::from_secs(2);
+    let beat = delta(&m.heartbeat(world.snapshot.revision, later)[0]);
+    assert_eq!(beat.resources[0].version, update.resources[0].version);
+
+    // Deleted while a heartbeat of it is unanswered (the removal waits for its answer): the
+    // refusal says the client dropped it, so nothing is sent back; the name it subscribed to
+    // is reported missing.
+    let gone = world.apply(json!([delete("route", "web")]));
+    m.on_changes(&gone);
+    assert!(m.poll(&world.snapshot).is_empty());
+    m.on_delta_request(nack_delta(ROUTE, &beat.nonce)).unwrap();
+    let missing = delta(&m.poll(&world.snapshot)[0]);
+    assert!(missing.resources.is_empty());
+    assert_eq!(missing.removed_resources, vec!["web".to_owned()]);
+    m.on_delta_request(delta_request(ROUTE, &[], &[], &missing.nonce))
+        .unwrap();
+    // Put back as it was (the same version): the client has none, so it is sent.
+    let back = world.apply(json!([
+        {"type": "route", "name": "web", "variants": [
+            {"constraints": r#"env = "prod""#, "resource": route("web", "newer"), "ttl": "2s"},
+        ]},
+    ]));
+    m.on_changes(&back);
+    let again = delta(&m.poll(&world.snapshot)[0]);
+    assert_eq!(again.resources[0].version, update.resources[0].version);
+    assert!(again.resources[0].resource.is_some());
 }

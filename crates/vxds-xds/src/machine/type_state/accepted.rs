@@ -183,6 +183,7 @@ impl TypeState {
                             Some(item) => {
                                 if item.ttl().is_some() {
                                     self.fresh.insert(key.clone());
+                                    self.renew_with_body.remove(&key);
                                 }
                                 self.accepted.insert(key, item)
                             }
@@ -200,6 +201,8 @@ impl TypeState {
         }
         self.renewed.retain(|k, _| self.accepted.contains_key(k));
         self.fresh.retain(|k| self.accepted.contains_key(k));
+        self.renew_with_body
+            .retain(|k| self.accepted.contains_key(k));
     }
 
     /// The client refused response `seq`: it keeps what it had accepted. A SotW response
@@ -275,6 +278,9 @@ impl TypeState {
             .collect();
         for (key, item) in matching {
             self.send(key.clone(), Sent::Delivered(item.clone()));
+            if item.ttl().is_some() {
+                self.renew_with_body.insert(key.clone());
+            }
             self.accepted.insert(key, item);
         }
         self.reported_pending = self

@@ -6,7 +6,11 @@
 //! it holds of a name it subscribed to by name, or under the wildcard. A member of a glob
 //! collection is neither: Envoy would check the missing body's type URL and refuse the whole
 //! response, and it never registers a TTL for such a member anyway, so it gets no heartbeat.
-//! VHDS gets none (Envoy does not support heartbeats there).
+//! VHDS gets none (Envoy does not support heartbeats there). What a reconnecting client
+//! reported holding is first renewed *with* its body: its TTL kept running while it was away,
+//! and may have run out. A refused Delta heartbeat means a TTL ran out before it arrived
+//! (Envoy dropped the resource and takes no bodiless renewal of it): what it renewed is sent
+//! again in full, and nothing is held back as for a refused update.
 //!
 //! SotW: bodies, at the accepted `version_info`. Envoy's legacy mux (`GrpcMuxImpl`) leaves a
 //! bodiless resource out of the update *and* out of its TTL renewal, so only a resource with
@@ -95,12 +99,15 @@ impl TypeState {
                 continue;
             }
             let mut heartbeat = item.wrapped(key.name());
-            heartbeat.body = None;
+            if !self.renew_with_body.contains(key) {
+                heartbeat.body = None;
+            }
             response.resources.push(heartbeat);
             renewed.push(key.clone());
         }
-        for key in renewed {
-            self.renewed.insert(key, beat.now);
+        for key in &renewed {
+            self.renew_with_body.remove(key);
+            self.renewed.insert(key.clone(), beat.now);
         }
         let response = self.finish_delta(
             response,
@@ -108,8 +115,33 @@ impl TypeState {
             system_version,
             accepted::Carried::Changes(Vec::new()),
         )?;
-        self.mark_heartbeat(&response.nonce);
+        self.mark_heartbeat(&response.nonce, renewed);
         Some(response)
+    }
+
+    /// The client refused a Delta heartbeat: Envoy takes a bodiless renewal only of what it
+    /// holds at that version, so its TTL for some of `renewed` ran out before the heartbeat
+    /// came (a reconnect, a stalled stream). It no longer holds them: each is sent again in
+    /// full by the next poll — at the server's version now, like any missing resource — and
+    /// renewed from then on as any delivery. One with a change in flight gets that change.
+    pub(super) fn lapsed(&mut self, renewed: &[ItemKey]) {
+        let in_flight: BTreeSet<ItemKey> = self.in_flight().into_iter().cloned().collect();
+        for key in renewed {
+            if !self.accepted.contains_key(key) {
+                continue;
+            }
+            self.accepted.remove(key);
+            self.renewed.remove(key);
+            self.fresh.remove(key);
+            self.renew_with_body.remove(key);
+            if in_flight.contains(key) {
+                continue;
+            }
+            // Not held any more, wanted or not: a removal still pending is moot, and what is
+            // put back later with the same content must be sent.
+            self.unsend(key);
+            self.dirty.insert(key.clone());
+        }
     }
 
     /// SotW heartbeat: the due TTL'd resources (EDS, RDS) or the whole accepted state (every
@@ -153,7 +185,7 @@ impl TypeState {
             self.renewed.insert(key, beat.now);
         }
         let nonce = self.sotw_outstanding(seq, &version);
-        self.mark_heartbeat(&nonce);
+        self.mark_heartbeat(&nonce, Vec::new());
         Some(SotwResponse {
             version_info: version,
             resources,

@@ -131,6 +131,13 @@ impl TypeState {
         self.unanswered = self.outstanding.len();
         let version = answered.version;
         Some(match error {
+            Some(message) if !answered.renewing.is_empty() => {
+                // Not a refusal of content: the client dropped what the heartbeat renewed.
+                // Nothing is held back; what it renewed is sent again, with its body.
+                self.refuse(answered.seq);
+                self.lapsed(&answered.renewing);
+                Ack::Nacked { version, message }
+            }
             Some(message) => {
                 self.refuse(answered.seq);
                 self.nacked_version = Some(version.clone());
@@ -563,6 +570,7 @@ impl TypeState {
                 seq,
                 since: seq,
                 heartbeat: false,
+                renewing: Box::default(),
             },
         );
         response
@@ -589,16 +597,19 @@ impl TypeState {
                 seq,
                 since,
                 heartbeat: false,
+                renewing: Box::default(),
             },
         ));
         nonce
     }
 
-    /// Marks response `nonce` as a heartbeat (see [`Outstanding::heartbeat`]).
-    pub(super) fn mark_heartbeat(&mut self, nonce: &str) {
+    /// Marks response `nonce` as a heartbeat (see [`Outstanding::heartbeat`]) renewing
+    /// `renewing` without their bodies (Delta).
+    pub(super) fn mark_heartbeat(&mut self, nonce: &str, renewing: Vec<ItemKey>) {
         let seq = nonce_seq(nonce);
         if let Some((_, outstanding)) = self.outstanding.iter_mut().find(|(s, _)| Some(*s) == seq) {
             outstanding.heartbeat = true;
+            outstanding.renewing = renewing.into_boxed_slice();
         }
     }
 
