@@ -184,9 +184,7 @@ pub enum StreamEvent {
 fn changed_name(key: &ResourceKey) -> ChangedName {
     ChangedName {
         type_url: key.type_url.clone(),
-        alias: ResourceType::resolve(&key.type_url)
-            .ok()
-            .and_then(|t| t.alias()),
+        alias: ResourceType::alias_of(&key.type_url),
         name: key.name.clone(),
     }
 }

@@ -141,9 +141,7 @@ fn compute(summary: &ClientSummary, previews: &[Preview]) -> Vec<ResourceImpactR
             };
             ResourceImpactRepr {
                 type_url: p.key.type_url.clone(),
-                alias: ResourceType::resolve(&p.key.type_url)
-                    .ok()
-                    .and_then(|t| t.alias()),
+                alias: ResourceType::alias_of(&p.key.type_url),
                 name: p.key.name.clone(),
                 change,
                 streams: impact.streams,

@@ -128,9 +128,7 @@ pub fn change_repr(change: &Change) -> ChangeRepr {
 impl From<Change> for ChangeRepr {
     fn from(change: Change) -> Self {
         ChangeRepr {
-            alias: ResourceType::resolve(&change.key.type_url)
-                .ok()
-                .and_then(|t| t.alias()),
+            alias: ResourceType::alias_of(&change.key.type_url),
             type_url: change.key.type_url,
             name: change.key.name,
             change: change.change,

@@ -181,9 +181,7 @@ pub async fn list(
         .resources
         .into_iter()
         .map(|r| ResourceSummaryRepr {
-            alias: ResourceType::resolve(&r.key.type_url)
-                .ok()
-                .and_then(|t| t.alias()),
+            alias: ResourceType::alias_of(&r.key.type_url),
             type_url: r.key.type_url,
             name: r.key.name,
             version: r.version,

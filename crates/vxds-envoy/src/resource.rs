@@ -78,6 +78,16 @@ impl ResourceType {
         self.descriptor.full_name()
     }
 
+    /// The short alias of a type URL (or of an alias), for the types that have one: a table
+    /// lookup, without resolving the descriptor (an answer of 100,000 changes asks it of each).
+    pub fn alias_of(spelling: &str) -> Option<&'static str> {
+        let name = spelling.strip_prefix(TYPE_URL_PREFIX).unwrap_or(spelling);
+        ALIASES
+            .iter()
+            .find(|(alias, message)| *message == name || *alias == spelling)
+            .map(|(alias, _)| *alias)
+    }
+
     /// The short alias, for the types that have one.
     pub fn alias(&self) -> Option<&'static str> {
         ALIASES
@@ -360,7 +370,16 @@ mod tests {
         }
         for (alias, name) in ALIASES {
             assert_eq!(ResourceType::resolve(alias).unwrap().message_name(), name);
+            // The table lookup agrees with the resolved type's alias, for every spelling.
+            let url = format!("{TYPE_URL_PREFIX}{name}");
+            for spelling in [alias, name, url.as_str()] {
+                assert_eq!(ResourceType::alias_of(spelling), Some(alias), "{spelling}");
+            }
         }
+        let no_alias = "type.googleapis.com/envoy.config.core.v3.Address";
+        assert_eq!(ResourceType::resolve(no_alias).unwrap().alias(), None);
+        assert_eq!(ResourceType::alias_of(no_alias), None);
+        assert_eq!(ResourceType::alias_of("clusters"), None);
         assert!(
             ResourceType::resolve("clusters")
                 .unwrap_err()

@@ -13,52 +13,13 @@
 use serde_json::{Value, json};
 use vxds_envoy::changeset::{Action, ChangesetRequest, validate};
 use vxds_store::{ChangeBatch, RevisionChangeList, Snapshot, StoredResource};
+use vxds_testkit::bench::{arg, cluster_variant};
 
 #[global_allocator]
 static ALLOCATOR: dhat::Alloc = dhat::Alloc;
 
 fn live() -> usize {
     dhat::HeapStats::get().curr_bytes
-}
-
-/// `--name value` from the command line, or `default`.
-fn arg(name: &str, default: usize) -> usize {
-    let args: Vec<String> = std::env::args().collect();
-    args.iter()
-        .position(|a| a == name)
-        .and_then(|i| args.get(i + 1))
-        .map(|v| {
-            v.parse()
-                .unwrap_or_else(|_| panic!("{name} takes a number, not {v:?}"))
-        })
-        .unwrap_or(default)
-}
-
-fn cluster(name: &str, v: usize, variants: usize) -> Value {
-    let defaults: Vec<String> = (0..variants.saturating_sub(1))
-        .map(|d| format!("\"e{d}\""))
-        .collect();
-    let constraints = if variants == 1 {
-        "*".to_owned()
-    } else if v + 1 < variants {
-        format!("env = \"e{v}\"")
-    } else {
-        format!("env not in ({})", defaults.join(", "))
-    };
-    json!({
-        "constraints": constraints,
-        "resource": {
-            "@type": "type.googleapis.com/envoy.config.cluster.v3.Cluster",
-            "name": name,
-            "type": "EDS",
-            "connect_timeout": format!("{}.250s", v + 1),
-            "lb_policy": "LEAST_REQUEST",
-            "eds_cluster_config": {
-                "eds_config": {"ads": {}, "resource_api_version": "V3"},
-                "service_name": format!("{name}-e{v}"),
-            },
-        },
-    })
 }
 
 fn main() {
@@ -69,7 +30,7 @@ fn main() {
     // The first validation builds the Envoy descriptor pool and the proto rules, which stay
     // for the process's life: not the index's.
     let warm: ChangesetRequest = serde_json::from_value(json!({"operations": [
-        {"op": "put", "type": "cluster", "name": "warm", "variants": [cluster("warm", 0, 1)]}
+        {"op": "put", "type": "cluster", "name": "warm", "variants": [cluster_variant("warm", 0, 1)]}
     ]}))
     .expect("a changeset");
     drop(validate(&warm, &Default::default()).expect("a valid changeset"));
@@ -95,8 +56,9 @@ fn main() {
         let operations: Vec<Value> = (start..(start + chunk).min(clusters))
             .map(|i| {
                 let name = format!("cluster-{i:06}");
-                let variants: Vec<Value> =
-                    (0..variants).map(|v| cluster(&name, v, variants)).collect();
+                let variants: Vec<Value> = (0..variants)
+                    .map(|v| cluster_variant(&name, v, variants))
+                    .collect();
                 json!({"op": "put", "type": "cluster", "name": name, "variants": variants})
             })
             .collect();

@@ -5,9 +5,11 @@
 //! `postgres://postgres@127.0.0.1:5432/postgres`) and dropped afterwards, even when the test
 //! fails. A missing Postgres fails the test loudly: these tests are never skipped. [`proxy`]
 //! stands between a store and Postgres for tests of a database that goes away; [`cluster`]
-//! makes a test's own primary and streaming standby, for failovers.
+//! makes a test's own primary and streaming standby, for failovers. [`bench`] holds what the
+//! benchmark examples share.
 #![forbid(unsafe_code)]
 
+pub mod bench;
 pub mod cluster;
 pub mod ports;
 pub mod proxy;

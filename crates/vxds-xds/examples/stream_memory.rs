@@ -24,6 +24,7 @@ use vxds_envoy::pb::envoy::config::core::v3::Node;
 use vxds_envoy::pb::envoy::service::discovery::v3::{DeltaDiscoveryRequest, ResourceLocator};
 use vxds_envoy::pb::xds::core::v3::ContextParams;
 use vxds_store::{ChangeBatch, RevisionChangeList, Snapshot, StoredResource};
+use vxds_testkit::bench::arg;
 use vxds_xds::machine::{Protocol, Response, StreamMachine};
 use vxds_xds::registry::Registration;
 use vxds_xds::types::{ADS, CLUSTER};
@@ -39,19 +40,6 @@ fn live() -> (isize, isize) {
     let stats = dhat::HeapStats::get();
     let signed = |n: usize| isize::try_from(n).unwrap_or(isize::MAX);
     (signed(stats.curr_bytes), signed(stats.curr_blocks))
-}
-
-/// `--name value` from the command line, or `default`.
-fn arg(name: &str, default: usize) -> usize {
-    let args: Vec<String> = std::env::args().collect();
-    args.iter()
-        .position(|a| a == name)
-        .and_then(|i| args.get(i + 1))
-        .map(|v| {
-            v.parse()
-                .unwrap_or_else(|_| panic!("{name} takes a number, not {v:?}"))
-        })
-        .unwrap_or(default)
 }
 
 /// A snapshot of `clusters` clusters with `variants` variants each, keyed on `shard`.

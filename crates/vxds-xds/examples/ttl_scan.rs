@@ -18,22 +18,10 @@ use serde_json::json;
 use vxds_envoy::changeset::{Action, ChangesetRequest, validate};
 use vxds_envoy::pb::envoy::service::discovery::v3::DeltaDiscoveryRequest;
 use vxds_store::{ChangeBatch, RevisionChangeList, Snapshot, StoredResource};
+use vxds_testkit::bench::arg;
 use vxds_xds::MachineConfig;
 use vxds_xds::machine::{Protocol, StreamMachine};
 use vxds_xds::types::{ADS, CLUSTER};
-
-/// `--name value` from the command line, or `default`.
-fn arg(name: &str, default: usize) -> usize {
-    let args: Vec<String> = std::env::args().collect();
-    args.iter()
-        .position(|a| a == name)
-        .and_then(|i| args.get(i + 1))
-        .map(|v| {
-            v.parse()
-                .unwrap_or_else(|_| panic!("{name} takes a number, not {v:?}"))
-        })
-        .unwrap_or(default)
-}
 
 /// `clusters` clusters; `c0` alone has a TTL.
 fn snapshot(clusters: usize) -> Snapshot {

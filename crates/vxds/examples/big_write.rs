@@ -32,6 +32,7 @@ use std::time::{Duration, Instant};
 use anyhow::{Context, bail};
 use clap::Parser;
 use serde_json::{Value, json};
+use vxds_testkit::bench::cluster_variant;
 use vxds_testkit::serve::ServeProcess;
 use vxds_testkit::{Db, TestDb};
 
@@ -362,36 +363,11 @@ fn report(backend: &str, changeset: &[u8], results: &[(&str, Measured)]) {
 
 /// `clusters` clusters, each with `variants` mutually exclusive variants on `env`.
 fn big_changeset(clusters: usize, variants: usize) -> Value {
-    let defaults: Vec<String> = (0..variants.saturating_sub(1))
-        .map(|v| format!("\"e{v}\""))
-        .collect();
     let operations: Vec<Value> = (0..clusters)
         .map(|i| {
             let name = format!("cluster-{i:06}");
             let variants: Vec<Value> = (0..variants)
-                .map(|v| {
-                    let constraints = if variants == 1 {
-                        "*".to_owned()
-                    } else if v + 1 < variants {
-                        format!("env = \"e{v}\"")
-                    } else {
-                        format!("env not in ({})", defaults.join(", "))
-                    };
-                    json!({
-                        "constraints": constraints,
-                        "resource": {
-                            "@type": "type.googleapis.com/envoy.config.cluster.v3.Cluster",
-                            "name": name,
-                            "type": "EDS",
-                            "connect_timeout": format!("{}.250s", v + 1),
-                            "lb_policy": "LEAST_REQUEST",
-                            "eds_cluster_config": {
-                                "eds_config": {"ads": {}, "resource_api_version": "V3"},
-                                "service_name": format!("{name}-e{v}"),
-                            },
-                        },
-                    })
-                })
+                .map(|v| cluster_variant(&name, v, variants))
                 .collect();
             json!({"op": "put", "type": "cluster", "name": name, "variants": variants})
         })

@@ -171,10 +171,7 @@ async fn compare(
                 bail!("unexpected answer for {path}");
             }
         };
-        let label = ResourceType::resolve(&key.type_url)
-            .ok()
-            .and_then(|t| t.alias())
-            .unwrap_or(&key.type_url);
+        let label = ResourceType::alias_of(&key.type_url).unwrap_or(&key.type_url);
         let at = format!("{label}/{}", key.name);
         let Some(theirs) = stored else {
             // New: the whole document.
@@ -253,10 +250,7 @@ async fn pruned(
         }
         let reply = target.expect_ok(reply)?;
         let variants = stored_variants(&reply.body);
-        let label = ResourceType::resolve(&type_url)
-            .ok()
-            .and_then(|t| t.alias())
-            .unwrap_or(&type_url);
+        let label = ResourceType::alias_of(&type_url).unwrap_or(&type_url);
         let theirs = render(label, &name, &variants)?;
         out.push_str(&unified(
             &theirs,
