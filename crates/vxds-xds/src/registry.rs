@@ -657,12 +657,18 @@ pub async fn dispatch_changes(index: Index, registry: Arc<Registry>) {
     let mut snapshots = index.subscribe();
     loop {
         let snapshot = snapshots.borrow_and_update().clone();
-        let last = registry.snapshot();
-        if snapshot.revision != last.revision || snapshot.epoch != last.epoch {
+        // Only the revision and epoch of the last published snapshot are kept across the wait:
+        // holding the snapshot itself would keep the previous index alive until the next write
+        // (after deleting 100,000 resources, all of them).
+        let (last_revision, last_epoch) = {
+            let last = registry.snapshot();
+            (last.revision, last.epoch)
+        };
+        if snapshot.revision != last_revision || snapshot.epoch != last_epoch {
             // A reloaded index (the database went back or diverged: a restore, a failover to
             // a lagging standby) invalidates everything, even at the same revision number.
-            let changed = (snapshot.epoch == last.epoch && snapshot.revision > last.revision)
-                .then(|| snapshot.changed_since(last.revision))
+            let changed = (snapshot.epoch == last_epoch && snapshot.revision > last_revision)
+                .then(|| snapshot.changed_since(last_revision))
                 .flatten();
             registry.dispatch(snapshot, changed);
         }

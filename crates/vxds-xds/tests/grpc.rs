@@ -33,6 +33,8 @@ mod connections;
 mod events;
 #[path = "grpc/failover.rs"]
 mod failover;
+#[path = "grpc/memory.rs"]
+mod memory;
 #[path = "grpc/protocol.rs"]
 mod protocol;
 
