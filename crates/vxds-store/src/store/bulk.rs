@@ -159,8 +159,11 @@ pub(super) fn is_postgres(tx: &Transaction<'_, Any>) -> bool {
 /// only and filters every row of the type through the list: seconds per statement at 100,000
 /// resources, and always so when the table has never been analysed (autovacuum off, or a
 /// table filled by one transaction). The bounds make it a range scan of the values' span.
-/// `LEAST` and `GREATEST` compare in the column's collation, so the bounds are right whatever
-/// the database's collation; SQLite (whose planner looks up each value) gets the list alone.
+/// `LEAST` and `GREATEST` compare the parameters in the database's default collation, which is
+/// the columns' (none of them names another: one that did could put a listed value outside
+/// the bounds). Callers sort the values bytewise; where the collation orders otherwise (mixed
+/// case under a linguistic collation) the span is wider, still right. SQLite (whose planner
+/// looks up each value) gets the list alone.
 pub(super) fn one_of(column: &str, first: usize, count: usize, postgres: bool) -> String {
     let values = placeholders(first, count);
     if postgres {
@@ -245,8 +248,8 @@ mod tests {
             .unwrap();
         let types = vec!["text"; count + 1].join(", ");
         let prepare = format!(
-            "PREPARE read_names ({types}) AS SELECT name FROM vxds_resources \
-             WHERE type_url = $1 AND {}",
+            "PREPARE read_names_{postgres_bounds} ({types}) AS SELECT name \
+             FROM vxds_resources WHERE type_url = $1 AND {}",
             one_of("name", 2, count, postgres_bounds)
         );
         sqlx::raw_sql(sqlx::AssertSqlSafe(prepare))
@@ -254,7 +257,10 @@ mod tests {
             .await
             .unwrap();
         let values: Vec<String> = (0..count).map(|i| format!("'c-{i:04}'")).collect();
-        let explain = format!("EXPLAIN EXECUTE read_names ('t', {})", values.join(", "));
+        let explain = format!(
+            "EXPLAIN EXECUTE read_names_{postgres_bounds} ('t', {})",
+            values.join(", ")
+        );
         let rows = sqlx::raw_sql(sqlx::AssertSqlSafe(explain))
             .fetch_all(&mut *tx)
             .await

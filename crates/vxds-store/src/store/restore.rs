@@ -187,9 +187,15 @@ impl Store {
             }
             checker.finish(header)
         });
-        let mut keys = Vec::new();
+        let mut keys = Vec::with_capacity(planned.len());
         let mut read = Ok(());
-        for page in planned.chunks(PAGE) {
+        // The plan is consumed a page at a time: its keys move into the operations.
+        let mut planned = planned.into_iter();
+        loop {
+            let page: Vec<Planned> = planned.by_ref().take(PAGE).collect();
+            if page.is_empty() {
+                break;
+            }
             let ops = match page_operations(&mut tx, page, to).await {
                 Ok(ops) => ops,
                 Err(e) => {
@@ -197,8 +203,13 @@ impl Store {
                     break;
                 }
             };
-            keys.extend(ops.iter().map(|(key, _)| key.clone()));
-            let ops = ops.into_iter().map(|(_, op)| op).collect();
+            let ops = ops
+                .into_iter()
+                .map(|(key, op)| {
+                    keys.push(key);
+                    op
+                })
+                .collect();
             if pages.send(ops).await.is_err() {
                 break; // the checker panicked: its join says so
             }
@@ -265,10 +276,10 @@ async fn planned(tx: &mut Transaction<'_, Any>, to: i64) -> Result<Vec<Planned>,
 /// past variants read with one query per type.
 async fn page_operations(
     tx: &mut Transaction<'_, Any>,
-    page: &[Planned],
+    page: Vec<Planned>,
     to: u64,
 ) -> Result<Vec<(ResourceKey, OperationRequest)>, RestoreError> {
-    let mut variants = past_variants(tx, page).await?;
+    let mut variants = past_variants(tx, &page).await?;
     let mut ops = Vec::with_capacity(page.len());
     for planned in page {
         let state = match &planned.last {
@@ -284,8 +295,8 @@ async fn page_operations(
             state,
             shared: planned.last.as_ref().is_some_and(|l| l.shared),
         };
-        let op = operation(planned.key.clone(), past, planned.current.clone(), to)?;
-        ops.push((planned.key.clone(), op));
+        let op = operation(planned.key.clone(), past, planned.current, to)?;
+        ops.push((planned.key, op));
     }
     Ok(ops)
 }
