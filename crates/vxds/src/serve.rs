@@ -330,6 +330,9 @@ pub async fn run(args: ServeArgs) -> anyhow::Result<ExitCode> {
     if let Err(e) = crate::heap::purge_in_background() {
         tracing::warn!(error = %e, "jemalloc's background purging could not be turned on");
     }
+    if let Err(e) = crate::heap::decay_freed_pages_within(crate::heap::DIRTY_DECAY_MS) {
+        tracing::warn!(error = %e, "jemalloc's decay time could not be set");
+    }
     let xds_config = vxds_xds::XdsConfig {
         machine: vxds_xds::MachineConfig {
             node_metadata_params: args.node_metadata_params.clone(),
