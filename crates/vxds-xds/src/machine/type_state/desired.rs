@@ -155,7 +155,10 @@ impl TypeState {
         {
             found.push((ItemKey::Name(r.name.clone()), item(r, v, false)));
         }
+        // Parsed only for globs to match: most streams have none, and every refresh of every
+        // stream passes here.
         if resource.is_some()
+            && !self.globs.is_empty()
             && let Ok(urn) = vxds_core::xdstp::XdstpUrn::parse(normal)
         {
             for (spelling, glob) in &self.globs {
