@@ -58,6 +58,10 @@ struct Args {
     /// Backends to measure on: postgres, sqlite.
     #[arg(long, value_delimiter = ',', default_value = "postgres,sqlite")]
     backends: Vec<String>,
+    /// Seconds to wait before each round-trip step, so that what the allocator keeps of the
+    /// previous step has time to go back to the system (jemalloc's decay) before it is measured.
+    #[arg(long, default_value_t = 0)]
+    settle: u64,
 }
 
 /// One binary on one backend.
@@ -93,6 +97,10 @@ struct Step {
     /// larger of the two is what the write itself cost, beyond holding the store.
     before_mib: f64,
     after_mib: f64,
+    /// What the server's heap held (jemalloc's `allocated`) and kept resident when the step
+    /// started: RSS above the allocated figure is what the allocator kept of earlier steps.
+    allocated_before_mib: f64,
+    resident_before_mib: f64,
 }
 
 fn main() -> anyhow::Result<()> {
@@ -129,7 +137,13 @@ fn main() -> anyhow::Result<()> {
         };
         let mut results = Vec::new();
         for (label, binary) in &binaries {
-            let measured = runtime.block_on(measure(binary, db, &changeset, &endpoints))?;
+            let measured = runtime.block_on(measure(
+                Duration::from_secs(args.settle),
+                binary,
+                db,
+                &changeset,
+                &endpoints,
+            ))?;
             results.push((*label, measured));
         }
         report(backend, &changeset, &results);
@@ -138,6 +152,7 @@ fn main() -> anyhow::Result<()> {
 }
 
 async fn measure(
+    settle: Duration,
     binary: &Path,
     db: Db,
     changeset: &[u8],
@@ -148,13 +163,18 @@ async fn measure(
     database.remove().await;
     let mut measured = result?;
     let database = TestDb::fresh(db).await;
-    let result = round_trip(binary, &database, &measured.export).await;
+    let result = round_trip(binary, &database, &measured.export, settle).await;
     database.remove().await;
     measured.round_trip = result?;
     Ok(measured)
 }
 
-async fn round_trip(binary: &Path, database: &TestDb, export: &[u8]) -> anyhow::Result<RoundTrip> {
+async fn round_trip(
+    binary: &Path,
+    database: &TestDb,
+    export: &[u8],
+    settle: Duration,
+) -> anyhow::Result<RoundTrip> {
     let dir = tempfile::tempdir()?;
     let file = dir.path().join("export.yaml");
     std::fs::write(&file, export)?;
@@ -191,6 +211,8 @@ async fn round_trip(binary: &Path, database: &TestDb, export: &[u8]) -> anyhow::
     ];
     let mut steps = Vec::new();
     for (what, args, head) in commands {
+        tokio::time::sleep(settle).await;
+        let (allocated_before_mib, resident_before_mib) = heap(&client, admin).await?;
         // Resets VmHWM to the current RSS, so that each step's peak is its own.
         std::fs::write(format!("/proc/{pid}/clear_refs"), "5")?;
         let before_mib = memory(pid, "VmRSS:")?;
@@ -218,6 +240,8 @@ async fn round_trip(binary: &Path, database: &TestDb, export: &[u8]) -> anyhow::
             peak_mib,
             before_mib,
             after_mib,
+            allocated_before_mib,
+            resident_before_mib,
         });
     }
     let end_mib = memory(pid, "VmRSS:")?;
@@ -332,19 +356,21 @@ fn report(backend: &str, changeset: &[u8], results: &[(&str, Measured)]) {
             m.exported_documents, rt.idle_mib, rt.end_mib
         );
         println!(
-            "| step | time | server peak RSS | RSS before / after | peak over idle | ÷ export size | peak over max(before, after) | ÷ export size |"
+            "| step | time | server peak RSS | RSS before / after | heap allocated / resident before | peak over idle | ÷ export size | peak over max(before, after) | ÷ export size |"
         );
-        println!("|---|---|---|---|---|---|---|---|");
+        println!("|---|---|---|---|---|---|---|---|---|");
         for step in &rt.steps {
             let over = step.peak_mib - rt.idle_mib;
             let own = step.peak_mib - step.before_mib.max(step.after_mib);
             println!(
-                "| {} | {:.2} s | {:.0} MiB | {:.0} / {:.0} MiB | {:.0} MiB | {:.1}× | {:.0} MiB | {:.1}× |",
+                "| {} | {:.2} s | {:.0} MiB | {:.0} / {:.0} MiB | {:.0} / {:.0} MiB | {:.0} MiB | {:.1}× | {:.0} MiB | {:.1}× |",
                 step.what,
                 step.time.as_secs_f64(),
                 step.peak_mib,
                 step.before_mib,
                 step.after_mib,
+                step.allocated_before_mib,
+                step.resident_before_mib,
                 over,
                 over / export_mib,
                 own,
@@ -457,6 +483,33 @@ fn run(binary: &Path, args: &[&str]) -> anyhow::Result<()> {
         );
     }
     Ok(())
+}
+
+/// The server's heap as its /metrics reports it: (allocated, resident), in MiB.
+async fn heap(client: &reqwest::Client, admin: &str) -> anyhow::Result<(f64, f64)> {
+    let text = client
+        .get(format!("{admin}/metrics"))
+        .send()
+        .await?
+        .error_for_status()?
+        .text()
+        .await?;
+    let gauge = |name: &str| {
+        text.lines()
+            .find_map(|l| {
+                l.strip_prefix(name)?
+                    .strip_prefix(' ')?
+                    .trim()
+                    .parse::<f64>()
+                    .ok()
+            })
+            .map(|bytes| bytes / (1 << 20) as f64)
+            .with_context(|| format!("no {name} on /metrics"))
+    };
+    Ok((
+        gauge("vxds_heap_allocated_bytes")?,
+        gauge("vxds_heap_resident_bytes")?,
+    ))
 }
 
 /// A /proc/PID/status field, in MiB.
