@@ -4,6 +4,7 @@
 //! would bring its own HTTP stack for these few calls).
 
 use std::net::TcpListener;
+use std::os::unix::process::CommandExt;
 use std::path::{Path, PathBuf};
 use std::process::{Child, Command, Stdio};
 use std::time::{Duration, Instant};
@@ -30,7 +31,7 @@ fn required(var: &str, default: &str) -> PathBuf {
     path
 }
 
-/// A running chromedriver, killed on drop.
+/// A running chromedriver in a process group of its own, killed with its browsers on drop.
 pub struct Driver {
     child: Child,
     base: String,
@@ -39,6 +40,12 @@ pub struct Driver {
 
 impl Drop for Driver {
     fn drop(&mut self) {
+        // The browsers chromedriver started are in its group: killing chromedriver alone left
+        // a browser still closing to init (a whole Chromium after each CI run).
+        let _ = Command::new("kill")
+            .args(["-KILL", "--", &format!("-{}", self.child.id())])
+            .stderr(Stdio::null())
+            .status();
         let _ = self.child.kill();
         let _ = self.child.wait();
     }
@@ -57,6 +64,7 @@ impl Driver {
             .arg(format!("--log-path={}", log.display()))
             .stdout(Stdio::null())
             .stderr(Stdio::null())
+            .process_group(0)
             .spawn()
             .unwrap_or_else(|e| panic!("starting {}: {e}; {INSTALL}", driver.display()));
         let driver = Driver {
@@ -93,7 +101,8 @@ impl Driver {
             "goog:chromeOptions": {
                 "binary": chromium,
                 "args": ["--headless=new", "--no-sandbox", "--disable-gpu", "--disable-dev-shm-usage",
-                         "--window-size=1440,1200", "--force-device-scale-factor=1", "--lang=en-US"],
+                         "--window-size=1440,1200", "--force-device-scale-factor=1", "--lang=en-US",
+                         "--disable-crash-reporter", "--disable-breakpad"],
             },
         }}});
         let value = call(
