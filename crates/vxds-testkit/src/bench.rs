@@ -1,5 +1,6 @@
-//! What the benchmark examples share: their one-number command-line options, and the
-//! clusters `big_write` writes (and `index_memory` counts), so that both measure the same shape.
+//! What the benchmark examples share: their one-number command-line options, the clusters
+//! `big_write` writes (and `index_memory` counts), so that both measure the same shape, and
+//! reading a gauge off the server's `/metrics`.
 
 use serde_json::{Value, json};
 
@@ -14,6 +15,21 @@ pub fn arg(name: &str, default: usize) -> usize {
                 .unwrap_or_else(|_| panic!("{name} takes a number, not {v:?}"))
         })
         .unwrap_or(default)
+}
+
+/// The value of the unlabelled metric `name` in a Prometheus text exposition, divided by
+/// 2^20 (bytes to MiB, for the heap gauges).
+pub fn metric_mib(exposition: &str, name: &str) -> Option<f64> {
+    exposition
+        .lines()
+        .find_map(|l| {
+            l.strip_prefix(name)?
+                .strip_prefix(' ')?
+                .trim()
+                .parse::<f64>()
+                .ok()
+        })
+        .map(|bytes| bytes / f64::from(1u32 << 20))
 }
 
 /// Variant `v` of `variants` of the EDS cluster `name`: `env = "e<v>"`, the last one the rest

@@ -32,7 +32,7 @@ use std::time::{Duration, Instant};
 use anyhow::{Context, bail};
 use clap::Parser;
 use serde_json::{Value, json};
-use vxds_testkit::bench::cluster_variant;
+use vxds_testkit::bench::{cluster_variant, metric_mib};
 use vxds_testkit::serve::ServeProcess;
 use vxds_testkit::{Db, TestDb};
 
@@ -494,18 +494,8 @@ async fn heap(client: &reqwest::Client, admin: &str) -> anyhow::Result<(f64, f64
         .error_for_status()?
         .text()
         .await?;
-    let gauge = |name: &str| {
-        text.lines()
-            .find_map(|l| {
-                l.strip_prefix(name)?
-                    .strip_prefix(' ')?
-                    .trim()
-                    .parse::<f64>()
-                    .ok()
-            })
-            .map(|bytes| bytes / (1 << 20) as f64)
-            .with_context(|| format!("no {name} on /metrics"))
-    };
+    let gauge =
+        |name: &str| metric_mib(&text, name).with_context(|| format!("no {name} on /metrics"));
     Ok((
         gauge("vxds_heap_allocated_bytes")?,
         gauge("vxds_heap_resident_bytes")?,

@@ -58,6 +58,7 @@ use vxds_envoy::pb::envoy::service::discovery::v3::{
     DeltaDiscoveryRequest, DeltaDiscoveryResponse, DiscoveryRequest, DiscoveryResponse,
     ResourceLocator,
 };
+use vxds_testkit::bench::metric_mib;
 use vxds_testkit::serve::ServeProcess;
 use vxds_testkit::{Db, TestDb};
 
@@ -581,20 +582,9 @@ async fn heap_figures(client: &reqwest::Client, admin: &str) -> (Option<f64>, Op
         return (None, None);
     };
     let text = response.text().await.unwrap_or_default();
-    let mib = |name: &str| {
-        text.lines()
-            .find_map(|l| {
-                l.strip_prefix(name)?
-                    .strip_prefix(' ')?
-                    .trim()
-                    .parse::<f64>()
-                    .ok()
-            })
-            .map(|bytes| bytes / f64::from(1u32 << 20))
-    };
     (
-        mib("vxds_heap_allocated_bytes"),
-        mib("vxds_heap_resident_bytes"),
+        metric_mib(&text, "vxds_heap_allocated_bytes"),
+        metric_mib(&text, "vxds_heap_resident_bytes"),
     )
 }
 
