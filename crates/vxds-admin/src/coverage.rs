@@ -110,7 +110,7 @@ pub async fn get(
             }
         })?;
     Ok(Json(CoverageRepr {
-        type_url: stored.key.type_url.clone(),
+        type_url: stored.key.type_url.to_string(),
         name: stored.key.name.clone(),
         version: stored.version.clone(),
         variants: stored

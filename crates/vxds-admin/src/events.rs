@@ -183,7 +183,7 @@ pub enum StreamEvent {
 
 fn changed_name(key: &ResourceKey) -> ChangedName {
     ChangedName {
-        type_url: key.type_url.clone(),
+        type_url: key.type_url.to_string(),
         alias: ResourceType::alias_of(&key.type_url),
         name: key.name.clone(),
     }

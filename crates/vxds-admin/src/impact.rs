@@ -140,7 +140,7 @@ fn compute(summary: &ClientSummary, previews: &[Preview]) -> Vec<ResourceImpactR
                 (false, false) => ChangeKind::Updated,
             };
             ResourceImpactRepr {
-                type_url: p.key.type_url.clone(),
+                type_url: p.key.type_url.to_string(),
                 alias: ResourceType::alias_of(&p.key.type_url),
                 name: p.key.name.clone(),
                 change,

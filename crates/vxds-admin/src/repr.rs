@@ -90,7 +90,7 @@ pub fn variant_repr(variant: &StoredVariant, ty: &ResourceType) -> Result<Varian
 pub fn resource_repr(stored: &StoredResource) -> Result<ResourceRepr, ApiError> {
     let ty = resource_type(&stored.key.type_url)?;
     Ok(ResourceRepr {
-        type_url: stored.key.type_url.clone(),
+        type_url: stored.key.type_url.to_string(),
         alias: ty.alias(),
         name: stored.key.name.clone(),
         version: stored.version.clone(),
@@ -129,7 +129,7 @@ impl From<Change> for ChangeRepr {
     fn from(change: Change) -> Self {
         ChangeRepr {
             alias: ResourceType::alias_of(&change.key.type_url),
-            type_url: change.key.type_url,
+            type_url: change.key.type_url.into(),
             name: change.key.name,
             change: change.change,
             version: change.version,

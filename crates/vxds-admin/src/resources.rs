@@ -46,7 +46,7 @@ impl FromRequestParts<AdminState> for ResourcePath {
         let name = name_param(&raw_name, &ty, state)?;
         Ok(Self {
             key: ResourceKey {
-                type_url: ty.type_url().to_owned(),
+                type_url: ty.type_url().into(),
                 name,
             },
             ty,
@@ -134,7 +134,10 @@ fn decode_cursor(cursor: &str) -> Result<ResourceKey, ApiError> {
     };
     let bytes = URL_SAFE_NO_PAD.decode(cursor).map_err(|_| bad())?;
     let (type_url, name): (String, String) = serde_json::from_slice(&bytes).map_err(|_| bad())?;
-    Ok(ResourceKey { type_url, name })
+    Ok(ResourceKey {
+        type_url: type_url.into(),
+        name,
+    })
 }
 
 /// List resources, a page at a time, in (type, name) order.
@@ -182,7 +185,7 @@ pub async fn list(
         .into_iter()
         .map(|r| ResourceSummaryRepr {
             alias: ResourceType::alias_of(&r.key.type_url),
-            type_url: r.key.type_url,
+            type_url: r.key.type_url.into(),
             name: r.key.name,
             version: r.version,
             revision: r.revision,

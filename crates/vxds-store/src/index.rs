@@ -136,7 +136,7 @@ impl IndexedResource {
     /// What identifies it, as the store keys it (a copy).
     pub fn key(&self) -> ResourceKey {
         ResourceKey {
-            type_url: self.type_url.to_string(),
+            type_url: (&*self.type_url).into(),
             name: self.name.to_string(),
         }
     }

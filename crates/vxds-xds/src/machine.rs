@@ -650,7 +650,7 @@ impl StreamMachine {
     /// These resources changed (the registry says they concern this stream).
     pub fn on_changes<'a>(&mut self, changed: impl IntoIterator<Item = &'a ResourceKey>) {
         for key in changed {
-            if let Some(ty) = self.types.get_mut(&key.type_url) {
+            if let Some(ty) = self.types.get_mut(key.type_url.as_str()) {
                 ty.resource_changed(&key.name);
             }
             for ty in self.types.values_mut() {

@@ -561,8 +561,8 @@ impl Registry {
             for key in chunk {
                 let by_name = indexes
                     .by_name
-                    .get(&(key.type_url.clone(), key.name.clone()));
-                let wildcard = indexes.wildcard.get(&key.type_url);
+                    .get(&(key.type_url.to_string(), key.name.clone()));
+                let wildcard = indexes.wildcard.get(key.type_url.as_str());
                 let by_collection = if indexes.by_collection.is_empty() {
                     None
                 } else {
@@ -572,7 +572,7 @@ impl Registry {
                         .and_then(|collection| {
                             indexes
                                 .by_collection
-                                .get(&(key.type_url.clone(), collection.to_string()))
+                                .get(&(key.type_url.to_string(), collection.to_string()))
                         })
                 };
                 for ids in [by_name, wildcard, by_collection].into_iter().flatten() {
@@ -706,7 +706,7 @@ mod tests {
 
     fn key(type_url: &str, name: &str) -> ChangedKey {
         Arc::new(vxds_store::ResourceKey {
-            type_url: type_url.to_owned(),
+            type_url: type_url.into(),
             name: name.to_owned(),
         })
     }

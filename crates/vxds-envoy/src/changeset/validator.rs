@@ -151,7 +151,7 @@ impl Validator<'_> {
         Some(ValidatedOperation {
             index: i,
             key: ResourceKey {
-                type_url: ty?.type_url().to_owned(),
+                type_url: ty?.type_url().into(),
                 name: name?,
             },
             precondition: precondition?,
@@ -320,17 +320,17 @@ impl Validator<'_> {
         Some(ValidatedOperation {
             index: i,
             key: ResourceKey {
-                type_url: ty.type_url().to_owned(),
+                type_url: ty.type_url().into(),
                 name,
             },
             precondition: precondition?,
-            action: Action::Put(ValidatedResource {
+            action: Action::Put(Box::new(ValidatedResource {
                 variants,
                 shared: put.shared,
                 version,
                 aggregate_children: children,
                 redirects,
-            }),
+            })),
         })
     }
 

@@ -138,7 +138,7 @@ pub(super) async fn load_many(
             let mut rows = query.fetch(&mut **tx);
             while let Some(row) = rows.try_next().await? {
                 let key = ResourceKey {
-                    type_url: type_url.to_owned(),
+                    type_url: type_url.into(),
                     name: row.try_get(0)?,
                 };
                 each(key, &row)?;

@@ -98,7 +98,7 @@ async fn state_at(
         "SELECT revision, change, shared FROM vxds_revision_changes \
          WHERE type_url = $1 AND name = $2 AND revision <= $3 ORDER BY revision DESC LIMIT 1",
     )
-    .bind(&key.type_url)
+    .bind(key.type_url.as_str())
     .bind(&key.name)
     .bind(at.min(i64::MAX as u64) as i64)
     .fetch_optional(&mut **tx)
@@ -116,7 +116,7 @@ async fn state_at(
         "SELECT variant_id, constraints, body, version, ttl_ms FROM vxds_variant_history \
          WHERE type_url = $1 AND name = $2 AND revision = $3 ORDER BY position",
     )
-    .bind(&key.type_url)
+    .bind(key.type_url.as_str())
     .bind(&key.name)
     .bind(revision)
     .fetch_all(&mut **tx)

@@ -346,14 +346,14 @@ impl Store {
                 .bind(last)
                 .bind(first_ms)
                 .bind(step_ms)
-                .bind(&key.type_url)
+                .bind(key.type_url.as_str())
                 .bind(&key.name)
                 .execute(&mut *tx)
                 .await?;
         }
         sqlx::query("UPDATE vxds_resources SET revision = $1 WHERE type_url = $2 AND name = $3")
             .bind(last)
-            .bind(&key.type_url)
+            .bind(key.type_url.as_str())
             .bind(&key.name)
             .execute(&mut *tx)
             .await?;

@@ -199,7 +199,7 @@ impl Store {
         let mut rows = sqlx::query(sql).bind(type_url).fetch(&mut *tx);
         while let Some(row) = rows.try_next().await? {
             let key = ResourceKey {
-                type_url: row.try_get(0)?,
+                type_url: row.try_get::<String, _>(0)?.into(),
                 name: row.try_get(1)?,
             };
             if let Some(&i) = at.get(&key) {
@@ -220,7 +220,7 @@ impl Store {
             "SELECT {RESOURCE_COLUMNS} FROM vxds_resources r WHERE r.type_url = $1 AND r.name = $2"
         ));
         let Some(row) = sqlx::query(sql)
-            .bind(&key.type_url)
+            .bind(key.type_url.as_str())
             .bind(&key.name)
             .fetch_optional(&mut *tx)
             .await?
@@ -231,7 +231,7 @@ impl Store {
             "SELECT {VARIANT_COLUMNS} FROM vxds_variants v WHERE v.type_url = $1 AND v.name = $2 ORDER BY v.position"
         ));
         let variants = sqlx::query(sql)
-            .bind(&key.type_url)
+            .bind(key.type_url.as_str())
             .bind(&key.name)
             .fetch_all(&mut *tx)
             .await?;
@@ -250,7 +250,7 @@ impl Store {
             .after
             .as_ref()
             .map_or((String::new(), String::new()), |k| {
-                (k.type_url.clone(), k.name.clone())
+                (k.type_url.to_string(), k.name.clone())
             });
         let rows = sqlx::query(
             "SELECT r.type_url, r.name, r.version, r.revision, r.updated_at_ms, \
@@ -274,7 +274,7 @@ impl Store {
             .map(|row| {
                 Ok(ResourceSummary {
                     key: ResourceKey {
-                        type_url: row.try_get(0)?,
+                        type_url: row.try_get::<String, _>(0)?.into(),
                         name: row.try_get(1)?,
                     },
                     version: row.try_get(2)?,
@@ -343,7 +343,7 @@ impl Store {
                     .or_default()
                     .push(Change {
                         key: ResourceKey {
-                            type_url: row.try_get(1)?,
+                            type_url: row.try_get::<String, _>(1)?.into(),
                             name: row.try_get(2)?,
                         },
                         change: ChangeKind::parse(&kind).ok_or_else(|| {
@@ -449,7 +449,7 @@ impl Store {
         while let Some(row) = rows.try_next().await? {
             let n = row.try_get::<i64, _>(0)? as u64;
             let key = ResourceKey {
-                type_url: row.try_get(2)?,
+                type_url: row.try_get::<String, _>(2)?.into(),
                 name: row.try_get(3)?,
             };
             match revisions.last_mut() {
@@ -553,7 +553,7 @@ pub(super) async fn pruned_through(tx: &mut Transaction<'_, Any>) -> Result<u64,
 fn resource_from_row(row: &AnyRow) -> Result<StoredResource, StoreError> {
     Ok(StoredResource {
         key: ResourceKey {
-            type_url: row.try_get(0)?,
+            type_url: row.try_get::<String, _>(0)?.into(),
             name: row.try_get(1)?,
         },
         version: row.try_get(2)?,

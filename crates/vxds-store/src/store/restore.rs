@@ -58,10 +58,11 @@ struct Last {
 enum Made {
     /// The store is in the state to restore: nothing to do, no revision.
     Nothing { head: u64 },
-    /// The changeset, and the resource of each of its operations (for error messages).
+    /// The changeset, and the name of each operation the stateless rules found problems with
+    /// (by index; the others are in the changeset), for error messages.
     Changeset {
         checked: Checked,
-        keys: Vec<ResourceKey>,
+        refused: HashMap<usize, String>,
     },
 }
 
@@ -88,7 +89,7 @@ impl Store {
             if let Err(RestoreError::Apply(ApplyError::Store(e))) = &made {
                 self.inner.health.observe(e);
             }
-            let (checked, keys) = match made? {
+            let (checked, refused) = match made? {
                 Made::Nothing { head } => {
                     return Ok(Restored {
                         restored_to: to,
@@ -101,9 +102,17 @@ impl Store {
                         },
                     });
                 }
-                Made::Changeset { checked, keys } => (checked, keys),
+                Made::Changeset { checked, refused } => (checked, refused),
             };
-            match self.apply_checked(checked, author.clone()).await {
+            let Checked {
+                changeset,
+                errors,
+                warnings,
+            } = checked;
+            match self
+                .apply_validated(&changeset, errors, warnings, author.clone())
+                .await
+            {
                 Ok(applied) => {
                     return Ok(Restored {
                         restored_to: to,
@@ -117,9 +126,16 @@ impl Store {
                 Err(ApplyError::Invalid(mut invalid)) => {
                     // The changeset was made here, not sent: name the resource instead of
                     // pointing into it.
+                    let name_of = |i: usize| {
+                        let ops = &changeset.operations;
+                        match ops.binary_search_by_key(&i, |op| op.index) {
+                            Ok(at) => Some(ops[at].key.name.as_str()),
+                            Err(_) => refused.get(&i).map(String::as_str),
+                        }
+                    };
                     for problem in invalid.errors.iter_mut().chain(&mut invalid.warnings) {
-                        if let Some(key) = problem.operation.and_then(|i| keys.get(i)) {
-                            problem.message = format!("`{}`: {}", key.name, problem.message);
+                        if let Some(name) = problem.operation.and_then(name_of) {
+                            problem.message = format!("`{name}`: {}", problem.message);
                         }
                         problem.pointer = Pointer::root();
                         problem.operation = None;
@@ -180,22 +196,23 @@ impl Store {
         // the next page is read.
         let checker = tokio::task::spawn_blocking(move || {
             let mut checker = Checker::new(&config);
+            let mut refused = HashMap::new();
             while let Some(page) = rx.blocking_recv() {
                 for op in page {
+                    let (index, found) = (checker.count(), checker.problems());
+                    let name = op.name().to_owned();
                     checker.push(op);
+                    if checker.problems() > found {
+                        refused.insert(index, name);
+                    }
                 }
             }
-            checker.finish(header)
+            (checker.finish(header), refused)
         });
-        let mut keys = Vec::with_capacity(planned.len());
         let mut read = Ok(());
-        // The plan is consumed a page at a time: its keys move into the operations.
-        let mut planned = planned.into_iter();
-        loop {
-            let page: Vec<Planned> = planned.by_ref().take(PAGE).collect();
-            if page.is_empty() {
-                break;
-            }
+        // The plan is consumed a page at a time, each page freed as its keys move into the
+        // operations.
+        for page in planned {
             let ops = match page_operations(&mut tx, page, to).await {
                 Ok(ops) => ops,
                 Err(e) => {
@@ -203,33 +220,23 @@ impl Store {
                     break;
                 }
             };
-            let ops = ops
-                .into_iter()
-                .map(|(key, op)| {
-                    keys.push(key);
-                    op
-                })
-                .collect();
             if pages.send(ops).await.is_err() {
                 break; // the checker panicked: its join says so
             }
         }
         drop(pages);
-        let checked = checker
+        let (checked, refused) = checker
             .await
             .map_err(|e| StoreError::Corrupt(format!("validation panicked: {e}")))?;
         read?;
         tx.commit().await.map_err(StoreError::from)?;
-        if keys.is_empty() {
-            return Ok(Made::Nothing { head });
-        }
-        Ok(Made::Changeset { checked, keys })
+        Ok(Made::Changeset { checked, refused })
     }
 }
 
 /// Every resource changed after `to` (in key order), its current version and its latest
-/// change at or before `to`: one query, no bodies.
-async fn planned(tx: &mut Transaction<'_, Any>, to: i64) -> Result<Vec<Planned>, StoreError> {
+/// change at or before `to`, in pages of [`PAGE`]: one query, no bodies.
+async fn planned(tx: &mut Transaction<'_, Any>, to: i64) -> Result<Vec<Vec<Planned>>, StoreError> {
     let mut rows = sqlx::query(
         "SELECT k.type_url, k.name, r.version, l.revision, l.change, l.shared \
          FROM (SELECT DISTINCT type_url, name FROM vxds_revision_changes WHERE revision > $1) k \
@@ -242,7 +249,7 @@ async fn planned(tx: &mut Transaction<'_, Any>, to: i64) -> Result<Vec<Planned>,
     .bind(to)
     .bind(to)
     .fetch(&mut **tx);
-    let mut planned = Vec::new();
+    let mut planned: Vec<Vec<Planned>> = Vec::new();
     while let Some(row) = rows.try_next().await? {
         let current: Option<String> = row.try_get(2)?;
         let last = match row.try_get::<Option<i64>, _>(3)? {
@@ -260,14 +267,19 @@ async fn planned(tx: &mut Transaction<'_, Any>, to: i64) -> Result<Vec<Planned>,
         if absent && current.is_none() {
             continue; // created and deleted again since
         }
-        planned.push(Planned {
-            key: ResourceKey {
-                type_url: row.try_get(0)?,
-                name: row.try_get(1)?,
-            },
-            current,
-            last,
-        });
+        if planned.last().is_none_or(|page| page.len() == PAGE) {
+            planned.push(Vec::with_capacity(PAGE));
+        }
+        if let Some(page) = planned.last_mut() {
+            page.push(Planned {
+                key: ResourceKey {
+                    type_url: row.try_get::<String, _>(0)?.into(),
+                    name: row.try_get(1)?,
+                },
+                current,
+                last,
+            });
+        }
     }
     Ok(planned)
 }
@@ -278,7 +290,7 @@ async fn page_operations(
     tx: &mut Transaction<'_, Any>,
     page: Vec<Planned>,
     to: u64,
-) -> Result<Vec<(ResourceKey, OperationRequest)>, RestoreError> {
+) -> Result<Vec<OperationRequest>, RestoreError> {
     let mut variants = past_variants(tx, &page).await?;
     let mut ops = Vec::with_capacity(page.len());
     for planned in page {
@@ -295,8 +307,7 @@ async fn page_operations(
             state,
             shared: planned.last.as_ref().is_some_and(|l| l.shared),
         };
-        let op = operation(planned.key.clone(), past, planned.current, to)?;
-        ops.push((planned.key, op));
+        ops.push(operation(planned.key, past, planned.current, to)?);
     }
     Ok(ops)
 }
@@ -355,7 +366,7 @@ async fn past_variants(
             }
             let (id, constraints) = stored_constraints(row.try_get(2)?, row.try_get(3)?)?;
             out.entry(ResourceKey {
-                type_url: type_url.to_owned(),
+                type_url: type_url.into(),
                 name,
             })
             .or_default()
@@ -382,7 +393,7 @@ fn operation(
     let expected_version = current.clone().map(ExpectedVersion::One);
     match past.state {
         PastState::Absent => Ok(OperationRequest::Delete(DeleteRequest {
-            resource_type: key.type_url,
+            resource_type: key.type_url.into(),
             name: key.name,
             expected_version,
         })),
@@ -404,7 +415,7 @@ fn operation(
                 })
                 .collect::<Result<_, StoreError>>()?;
             Ok(OperationRequest::Put(PutRequest {
-                resource_type: key.type_url,
+                resource_type: key.type_url.into(),
                 name: key.name,
                 must_not_exist: current.is_none(),
                 expected_version,

@@ -69,8 +69,28 @@ impl Store {
         checked: Checked,
         author: Option<String>,
     ) -> Result<Applied, ApplyError> {
+        let Checked {
+            changeset,
+            errors,
+            warnings,
+        } = checked;
+        self.apply_validated(&changeset, errors, warnings, author)
+            .await
+    }
+
+    /// [`Store::apply_checked`] of a changeset the caller keeps: a restore names the resource
+    /// of each problem from it, instead of holding a list of every operation's key.
+    pub(crate) async fn apply_validated(
+        &self,
+        changeset: &changeset::ValidatedChangeset,
+        stateless_errors: Vec<Problem>,
+        warnings: Vec<Problem>,
+        author: Option<String>,
+    ) -> Result<Applied, ApplyError> {
         self.inner.health.check()?;
-        let written = self.write(checked, author).await;
+        let written = self
+            .write(changeset, stateless_errors, warnings, author)
+            .await;
         if let Err(ApplyError::Store(e)) = &written {
             self.inner.health.observe(e);
         }
@@ -81,19 +101,16 @@ impl Store {
         Ok(applied)
     }
 
-    /// Everything under the lock. `checked` carries the stateless errors too: the rules that
-    /// need state still run on the operations that passed, so every error is reported at once.
+    /// Everything under the lock. `stateless_errors` are the problems already found: the rules
+    /// that need state still run on the operations that passed, so every error is reported at
+    /// once.
     async fn write(
         &self,
-        checked: Checked,
+        changeset: &changeset::ValidatedChangeset,
+        stateless_errors: Vec<Problem>,
+        warnings: Vec<Problem>,
         author: Option<String>,
     ) -> Result<(Applied, bool), ApplyError> {
-        let Checked {
-            changeset,
-            errors: stateless_errors,
-            warnings,
-        } = checked;
-        let changeset = &changeset;
         // Queue behind this process's other writers before taking a connection.
         let _turn = self.inner.write_queue.acquire().await.ok();
         // Found down while this writer queued: refuse now rather than wait out the pool.
@@ -182,29 +199,7 @@ impl Store {
             }
         }
 
-        let cluster_updates = changeset.aggregate_updates();
-        if !cluster_updates.is_empty() {
-            let mut edges = load_edges(&mut tx).await?;
-            for (cluster, children) in &cluster_updates {
-                match children {
-                    Some(children) => edges.insert(cluster.clone(), children.clone()),
-                    None => edges.remove(cluster),
-                };
-            }
-            errors.extend(changeset.graph_problems(&edges));
-        }
-        let redirect_updates = changeset.redirect_updates();
-        if redirect_updates.values().any(|targets| !targets.is_empty()) {
-            let mut edges = load_redirects(&mut tx).await?;
-            for (key, targets) in redirect_updates {
-                if targets.is_empty() {
-                    edges.remove(&key);
-                } else {
-                    edges.insert(key, targets);
-                }
-            }
-            errors.extend(changeset.redirect_problems(&edges));
-        }
+        errors.extend(graph_problems(&mut tx, changeset).await?);
         if !errors.is_empty() {
             errors.sort_by_key(|p| p.operation);
             return Err(ApplyError::Invalid(Invalid { errors, warnings }));
@@ -250,7 +245,7 @@ impl Store {
         let puts: Vec<(&ResourceKey, &ValidatedResource)> = changed_ops
             .iter()
             .filter_map(|op| match &op.action {
-                Action::Put(resource) => Some((&op.key, resource)),
+                Action::Put(resource) => Some((&op.key, &**resource)),
                 Action::Delete => None,
             })
             .collect();
@@ -301,6 +296,44 @@ impl Store {
     }
 }
 
+/// The aggregate-cluster graph and the redirect rule across the store as the changeset would
+/// leave it. What it builds is dropped on return: a write of 100,000 clusters would otherwise
+/// hold a copy of every name while it commits.
+async fn graph_problems(
+    tx: &mut Transaction<'_, Any>,
+    changeset: &changeset::ValidatedChangeset,
+) -> Result<Vec<Problem>, StoreError> {
+    let mut problems = Vec::new();
+    let cluster_updates = changeset.aggregate_updates();
+    if !cluster_updates.is_empty() {
+        let mut edges = load_edges(tx).await?;
+        for (cluster, children) in cluster_updates {
+            match children {
+                Some(children) => edges.insert(cluster, children),
+                None => edges.remove(&cluster),
+            };
+        }
+        problems.extend(changeset.graph_problems(&edges));
+    }
+    // Only a redirect can break the redirect rule; removing one cannot.
+    if changeset
+        .operations
+        .iter()
+        .any(|op| matches!(&op.action, Action::Put(resource) if !resource.redirects.is_empty()))
+    {
+        let mut edges = load_redirects(tx).await?;
+        for (key, targets) in changeset.redirect_updates() {
+            if targets.is_empty() {
+                edges.remove(&key);
+            } else {
+                edges.insert(key, targets);
+            }
+        }
+        problems.extend(changeset.redirect_problems(&edges));
+    }
+    Ok(problems)
+}
+
 /// Each changed resource's variants now (read under the lock, as the changeset's checks were)
 /// and as the changeset would leave them.
 async fn previews(
@@ -314,7 +347,7 @@ async fn previews(
             "SELECT variant_id, constraints, version FROM vxds_variants \
              WHERE type_url = $1 AND name = $2 ORDER BY position",
         )
-        .bind(&change.key.type_url)
+        .bind(change.key.type_url.as_str())
         .bind(&change.key.name)
         .fetch_all(&mut **tx)
         .await?;
@@ -530,7 +563,7 @@ async fn put_resources(
                 .push(
                     tx,
                     [
-                        Text(key.type_url.clone()),
+                        Text(key.type_url.to_string()),
                         Text(key.name.clone()),
                         Text(resource.version.clone()),
                         Int(revision as i64),
@@ -561,7 +594,7 @@ async fn put_resources(
                     .push(
                         tx,
                         [
-                            Text(key.type_url.clone()),
+                            Text(key.type_url.to_string()),
                             Text(key.name.clone()),
                             Int(position as i64),
                             Text(id.clone()),
@@ -579,7 +612,7 @@ async fn put_resources(
                         tx,
                         [
                             Int(revision as i64),
-                            Text(key.type_url.clone()),
+                            Text(key.type_url.to_string()),
                             Text(key.name.clone()),
                             Int(position as i64),
                             Text(id),
@@ -596,7 +629,7 @@ async fn put_resources(
                     .push(
                         tx,
                         [
-                            Text(key.type_url.clone()),
+                            Text(key.type_url.to_string()),
                             Text(key.name.clone()),
                             Text(target.clone()),
                         ],
@@ -667,7 +700,7 @@ async fn insert_revision(
             tx,
             [
                 Int(revision as i64),
-                Text(change.key.type_url.clone()),
+                Text(change.key.type_url.to_string()),
                 Text(change.key.name.clone()),
                 Text(change.change.as_str().to_owned()),
                 OptText(change.version.clone()),

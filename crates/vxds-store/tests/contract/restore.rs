@@ -301,20 +301,29 @@ async fn a_restore_todays_rules_reject_is_refused(db: TestDb) {
     let store = db.store().await;
     store
         .apply(
-            ops(vec![put_route(
-                "a",
-                &[
-                    (r#"env = "a""#, "a"),
-                    (r#"env = "b""#, "b"),
-                    (r#"env = "c""#, "c"),
-                ],
-            )]),
+            ops(vec![
+                put_route("a", &[("*", "a")]),
+                put_route(
+                    "b",
+                    &[
+                        (r#"env = "a""#, "a"),
+                        (r#"env = "b""#, "b"),
+                        (r#"env = "c""#, "c"),
+                    ],
+                ),
+            ]),
             None,
         )
         .await
         .unwrap();
     store
-        .apply(ops(vec![put_route("a", &[("*", "one")])]), None)
+        .apply(
+            ops(vec![
+                put_route("a", &[("*", "one")]),
+                put_route("b", &[("*", "one")]),
+            ]),
+            None,
+        )
         .await
         .unwrap();
     let mut validation = vxds_envoy::changeset::ValidationConfig::default();
@@ -334,8 +343,9 @@ async fn a_restore_todays_rules_reject_is_refused(db: TestDb) {
         panic!("expected the restore to be refused")
     };
     assert_eq!(invalid.errors.len(), 1, "{invalid:?}");
+    // Named by the resource: the second operation of the restore, the one refused.
     assert!(
-        invalid.errors[0].message.starts_with("`a`: "),
+        invalid.errors[0].message.starts_with("`b`: "),
         "{invalid:?}"
     );
     assert_eq!(invalid.errors[0].pointer.to_string(), "");

@@ -68,7 +68,7 @@ pub async fn run(args: DiffArgs) -> anyhow::Result<ExitCode> {
         .operations
         .into_iter()
         .filter_map(|op| match op.action {
-            Action::Put(resource) => Some((op.key, resource)),
+            Action::Put(resource) => Some((op.key, *resource)),
             Action::Delete => None, // fixtures only put
         })
         .collect();
@@ -149,7 +149,7 @@ async fn compare(
     let mut out = String::new();
     for (key, resource) in local {
         if let Some(versions) = &versions {
-            let stored = versions.get(&(key.type_url.clone(), key.name.clone()));
+            let stored = versions.get(&(key.type_url.to_string(), key.name.clone()));
             // The version hashes every variant's constraints, body and TTL, in order: all
             // the diff compares.
             if stored == Some(&resource.version) {

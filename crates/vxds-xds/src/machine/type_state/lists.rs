@@ -149,7 +149,7 @@ fn build_list(
 ) -> vxds_store::Derivation {
     let made = |type_url: &str, body: Bytes, version: Arc<str>| {
         let key = ResourceKey {
-            type_url: type_url.to_owned(),
+            type_url: type_url.into(),
             name: normal.clone(),
         };
         Some((
