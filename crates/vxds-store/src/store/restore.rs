@@ -3,7 +3,7 @@
 //! A restore is an ordinary changeset — a put or delete for each resource changed after the
 //! revision, each guarded by the resource's current version, the whole guarded by the head it
 //! was computed at — checked by today's rules ([`Checker`]) and committed by
-//! [`Store::apply_checked`]. It is never held whole as a request: one snapshot lists the
+//! [`Store::apply_validated`]. It is never held whole as a request: one snapshot lists the
 //! resources to restore (key, current version, which change of theirs to go back to); their
 //! past variants are then read with one query per type and page of [`PAGE`] resources, made
 //! into operations, and sent over a bounded channel to a blocking thread that validates them

@@ -250,7 +250,7 @@ impl Store {
             })
             .collect();
         put_resources(&mut tx, &puts, &current, revision, now).await?;
-        drop((puts, changed_ops));
+        drop((puts, changed_ops, current));
         // Kept with each put's change, so that a restore brings the sharing back too.
         let shared: BTreeSet<&ResourceKey> = changeset
             .operations
