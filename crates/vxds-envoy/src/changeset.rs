@@ -8,6 +8,7 @@
 //! through [`ValidatedChangeset::graph_problems`].
 
 use std::collections::{BTreeMap, BTreeSet, HashMap};
+use std::hash::BuildHasher;
 
 use serde::{Deserialize, Serialize};
 use serde_json::Value;
@@ -515,9 +516,14 @@ pub struct ChangesetHeader {
 pub struct Checker<'a> {
     validator: Validator<'a>,
     operations: Vec<ValidatedOperation>,
-    /// Duplicates are found by key alone, so that one is reported even when the other
-    /// operation has problems of its own.
-    first_for_key: HashMap<ResourceKey, usize>,
+    /// Every operation with a valid key so far, by its key's hash: duplicates are found by key
+    /// alone, so that one is reported even when the other operation has problems of its own.
+    /// It holds operation indices, not keys (a changeset of 100,000 operations would hold a
+    /// second copy of every key): a kept operation's key is in `operations`, a refused one's
+    /// in `refused_keys`.
+    first_for_key: hashbrown::HashTable<(u64, usize)>,
+    refused_keys: HashMap<usize, ResourceKey>,
+    hasher: std::hash::RandomState,
     /// Operations pushed, counted past the limit too.
     count: usize,
 }
@@ -534,15 +540,36 @@ impl std::fmt::Debug for Checker<'_> {
 
 impl<'a> Checker<'a> {
     pub fn new(config: &'a ValidationConfig) -> Self {
+        Self::with_capacity(config, 0)
+    }
+
+    /// A checker for about `operations` operations, known beforehand (a restore's plan): its
+    /// lists are sized once instead of grown by doubling (up to the operation limit).
+    pub fn with_capacity(config: &'a ValidationConfig, operations: usize) -> Self {
+        let operations = operations.min(config.max_operations);
         Self {
             validator: Validator {
                 config,
                 errors: Vec::new(),
                 warnings: Vec::new(),
             },
-            operations: Vec::new(),
-            first_for_key: HashMap::new(),
+            operations: Vec::with_capacity(operations),
+            first_for_key: hashbrown::HashTable::with_capacity(operations),
+            refused_keys: HashMap::new(),
+            hasher: std::hash::RandomState::new(),
             count: 0,
+        }
+    }
+
+    /// The key of operation `i`, pushed before and holding a valid key.
+    fn key_at<'s>(
+        operations: &'s [ValidatedOperation],
+        refused_keys: &'s HashMap<usize, ResourceKey>,
+        i: usize,
+    ) -> Option<&'s ResourceKey> {
+        match operations.binary_search_by_key(&i, |op| op.index) {
+            Ok(at) => Some(&operations[at].key),
+            Err(_) => refused_keys.get(&i),
         }
     }
 
@@ -556,13 +583,20 @@ impl<'a> Checker<'a> {
             // Nothing of a refused changeset is needed any more.
             if self.count == config.max_operations + 1 {
                 self.operations = Vec::new();
-                self.first_for_key = HashMap::new();
+                self.first_for_key = hashbrown::HashTable::new();
+                self.refused_keys = HashMap::new();
             }
             return;
         }
         let at = Pointer::root().push("operations").push(i);
-        if let Some(key) = key_of(&op, config) {
-            if let Some(&first) = self.first_for_key.get(&key) {
+        let key = key_of(&op, config);
+        let hash = key.as_ref().map(|key| self.hasher.hash_one(key));
+        if let (Some(key), Some(hash)) = (&key, hash) {
+            let (operations, refused_keys) = (&self.operations, &self.refused_keys);
+            let found = self.first_for_key.find(hash, |&(h, j)| {
+                h == hash && Self::key_at(operations, refused_keys, j) == Some(key)
+            });
+            if let Some(&(_, first)) = found {
                 self.validator.errors.push(
                     Problem::new(
                         at,
@@ -576,12 +610,22 @@ impl<'a> Checker<'a> {
                 );
                 return;
             }
-            self.first_for_key.insert(key, i);
         }
         let validated = match &op {
             OperationRequest::Put(put) => self.validator.put(i, put, &at),
             OperationRequest::Delete(delete) => self.validator.delete(i, delete, &at),
         };
+        if let (Some(key), Some(hash)) = (key, hash) {
+            match &validated {
+                // The operation's key is the same rule's answer for the same type and name.
+                Some(kept) => debug_assert_eq!(kept.key, key),
+                None => {
+                    self.refused_keys.insert(i, key);
+                }
+            }
+            self.first_for_key
+                .insert_unique(hash, (hash, i), |&(h, _)| h);
+        }
         self.operations.extend(validated);
     }
 
@@ -636,12 +680,8 @@ pub fn validate_standalone(
     config: &ValidationConfig,
 ) -> Result<Validated, Invalid> {
     let mut checked = check(request.clone(), config);
-    let edges: BTreeMap<String, BTreeSet<String>> = checked
-        .changeset
-        .aggregate_updates()
-        .into_iter()
-        .filter_map(|(name, children)| children.map(|c| (name, c)))
-        .collect();
+    let mut edges = BTreeMap::new();
+    checked.changeset.update_aggregate_edges(&mut edges);
     let graph = checked.changeset.graph_problems(&edges);
     checked.errors.extend(graph);
     checked.errors.sort_by_key(|p| p.operation);
@@ -691,23 +731,39 @@ fn key_of(op: &OperationRequest, config: &ValidationConfig) -> Option<ResourceKe
 }
 
 impl ValidatedChangeset {
-    /// Clusters this changeset touches, with their new aggregate edges (`None`: no edges, the
-    /// cluster is deleted or not an aggregate).
-    pub fn aggregate_updates(&self) -> BTreeMap<String, Option<BTreeSet<String>>> {
-        self.operations
-            .iter()
-            .filter(|op| op.key.type_url.ends_with(CLUSTER))
-            .map(|op| {
-                let children = match &op.action {
-                    Action::Put(resource) => resource
-                        .aggregate_children
-                        .clone()
-                        .filter(|c| !c.is_empty()),
-                    Action::Delete => None,
-                };
-                (op.key.name.clone(), children)
-            })
-            .collect()
+    /// Whether this changeset gives some cluster aggregate edges. Only an edge can close a
+    /// cycle or deepen a chain: a changeset that adds none (removing edges, deleting clusters,
+    /// leaf clusters) cannot break the aggregate graph's rules, and need not load the graph.
+    pub fn adds_aggregate_edges(&self) -> bool {
+        self.operations.iter().any(|op| {
+            op.key.type_url.ends_with(CLUSTER)
+                && matches!(&op.action,
+                    Action::Put(resource) if resource.aggregate_children.as_ref().is_some_and(|c| !c.is_empty()))
+        })
+    }
+
+    /// Takes `edges` (aggregate cluster → the clusters it points to) to what they are after
+    /// this changeset: the clusters it touches get their new edges, or none (deleted, or not an
+    /// aggregate). Names are copied only for the edges it adds.
+    pub fn update_aggregate_edges(&self, edges: &mut BTreeMap<String, BTreeSet<String>>) {
+        for op in &self.operations {
+            if !op.key.type_url.ends_with(CLUSTER) {
+                continue;
+            }
+            match &op.action {
+                Action::Put(resource) => match &resource.aggregate_children {
+                    Some(children) if !children.is_empty() => {
+                        edges.insert(op.key.name.clone(), children.clone());
+                    }
+                    _ => {
+                        edges.remove(&op.key.name);
+                    }
+                },
+                Action::Delete => {
+                    edges.remove(&op.key.name);
+                }
+            }
+        }
     }
 
     /// Resources this changeset touches, with the targets of their redirect variants (empty:
@@ -753,7 +809,20 @@ impl ValidatedChangeset {
     /// The aggregate-graph rules over `edges` (the whole graph after this changeset), as
     /// problems pointing at this changeset's cluster operations.
     pub fn graph_problems(&self, edges: &BTreeMap<String, BTreeSet<String>>) -> Vec<Problem> {
-        let changed: BTreeSet<String> = self.aggregate_updates().into_keys().collect();
+        // A problem lies on the graph: of the clusters this changeset touches, only those in
+        // it are copied (a changeset of 100,000 clusters would otherwise copy every name).
+        let nodes: BTreeSet<&str> = edges
+            .iter()
+            .flat_map(|(parent, children)| std::iter::once(parent).chain(children))
+            .map(String::as_str)
+            .collect();
+        let changed: BTreeSet<String> = self
+            .operations
+            .iter()
+            .filter(|op| op.key.type_url.ends_with(CLUSTER) && nodes.contains(op.key.name.as_str()))
+            .map(|op| op.key.name.clone())
+            .collect();
+        drop(nodes);
         rules::check_aggregate_graph(edges, &changed)
             .into_iter()
             .map(

@@ -147,6 +147,63 @@ fn dot_segment_names_are_refused() {
     );
 }
 
+/// A repeat of a kept operation is found by key (an xdstp name in any spelling), and names the
+/// first; an operation on another resource after it is kept.
+#[test]
+fn a_repeat_of_a_kept_operation_is_refused() {
+    let x = "xdstp://a/envoy.config.route.v3.RouteConfiguration/x?p=1&q=2";
+    let x_respelled = "xdstp://a/envoy.config.route.v3.RouteConfiguration/x?q=2&p=1";
+    let delete = |name: &str| {
+        OperationRequest::Delete(DeleteRequest {
+            resource_type: "route".into(),
+            name: name.into(),
+            expected_version: None,
+        })
+    };
+    let config = ValidationConfig {
+        authorities: vec!["a".into()],
+        ..Default::default()
+    };
+    let request = ChangesetRequest {
+        operations: vec![
+            delete("r"),
+            delete(x),
+            delete("s"),
+            delete(x_respelled),
+            delete("r"),
+        ],
+        ..Default::default()
+    };
+    let invalid = validate(&request, &config).unwrap_err();
+    let found: Vec<(String, String)> = invalid
+        .errors
+        .iter()
+        .map(|e| (e.pointer.to_string(), e.message.clone()))
+        .collect();
+    assert_eq!(
+        found,
+        [
+            (
+                "/operations/3".to_owned(),
+                "operation 3 repeats the resource of operation 1; one operation per resource"
+                    .to_owned()
+            ),
+            (
+                "/operations/4".to_owned(),
+                "operation 4 repeats the resource of operation 0; one operation per resource"
+                    .to_owned()
+            ),
+        ]
+    );
+    let mut checker = Checker::with_capacity(&config, 3);
+    for op in [delete("r"), delete(x), delete("s")] {
+        checker.push(op);
+    }
+    let checked = checker.finish(ChangesetHeader::default());
+    assert!(checked.errors.is_empty());
+    assert_eq!(checked.changeset.operations.len(), 3);
+}
+
 #[test]
 fn reports_every_problem_with_its_pointer() {
     let errors = problems(vec![
@@ -321,6 +378,71 @@ fn standalone_validation_checks_the_aggregate_graph() {
     assert_eq!(invalid.errors.len(), 1);
     assert_eq!(invalid.errors[0].code, "aggregate_cycle");
     assert_eq!(invalid.errors[0].pointer.to_string(), "/operations/0");
+}
+
+/// Only a changeset that adds aggregate edges needs the graph checked; the edges it leaves are
+/// the graph's old ones with its clusters' edges replaced, removed when deleted or made leaves.
+#[test]
+fn aggregate_edges_are_updated_by_the_clusters_a_changeset_touches() {
+    let agg = |name: &str, children: &[&str]| {
+        put(
+            "cluster",
+            name,
+            vec![(
+                json!(null),
+                json!({"@type": "type.googleapis.com/envoy.config.cluster.v3.Cluster", "name": name,
+                       "cluster_type": {"name": "envoy.clusters.aggregate", "typed_config": {
+                           "@type": rules::AGGREGATE_CONFIG_TYPE_URL, "clusters": children}}}),
+            )],
+        )
+    };
+    let leaf = |name: &str| {
+        put(
+            "cluster",
+            name,
+            vec![(
+                json!(null),
+                json!({"@type": "type.googleapis.com/envoy.config.cluster.v3.Cluster", "name": name, "type": "EDS", "eds_cluster_config": {"eds_config": {"ads": {}}}}),
+            )],
+        )
+    };
+    let delete = |name: &str| {
+        OperationRequest::Delete(DeleteRequest {
+            resource_type: "cluster".into(),
+            name: name.into(),
+            expected_version: None,
+        })
+    };
+    let edges = |pairs: &[(&str, &[&str])]| -> BTreeMap<String, BTreeSet<String>> {
+        pairs
+            .iter()
+            .map(|(p, c)| (p.to_string(), c.iter().map(|c| c.to_string()).collect()))
+            .collect()
+    };
+
+    let removing = run(vec![leaf("a"), delete("b"), leaf("c")])
+        .unwrap()
+        .changeset;
+    assert!(!removing.adds_aggregate_edges());
+    let mut graph = edges(&[("a", &["x"]), ("b", &["a"]), ("z", &["c"])]);
+    removing.update_aggregate_edges(&mut graph);
+    assert_eq!(graph, edges(&[("z", &["c"])]));
+
+    let adding = run(vec![leaf("a"), agg("b", &["a", "c"])])
+        .unwrap()
+        .changeset;
+    assert!(adding.adds_aggregate_edges());
+    let mut graph = edges(&[("a", &["x"]), ("z", &["b"])]);
+    adding.update_aggregate_edges(&mut graph);
+    assert_eq!(graph, edges(&[("b", &["a", "c"]), ("z", &["b"])]));
+    // A cycle through a cluster of the changeset is reported against it; clusters of the
+    // changeset outside the graph play no part.
+    let closing = run(vec![leaf("far"), agg("c", &["z"])]).unwrap().changeset;
+    closing.update_aggregate_edges(&mut graph);
+    let problems = closing.graph_problems(&graph);
+    assert_eq!(problems.len(), 1);
+    assert_eq!(problems[0].code, "aggregate_cycle");
+    assert_eq!(problems[0].operation, Some(1));
 }
 
 #[test]

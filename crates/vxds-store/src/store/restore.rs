@@ -191,11 +191,12 @@ impl Store {
             dry_run: options.dry_run,
             message: Some(message.to_owned()),
         };
+        let operations = planned.iter().map(Vec::len).sum();
         let (pages, mut rx) = mpsc::channel::<Vec<OperationRequest>>(PAGES_IN_FLIGHT);
         // Validation is CPU work (the exclusivity analysis): off the runtime threads, while
         // the next page is read.
         let checker = tokio::task::spawn_blocking(move || {
-            let mut checker = Checker::new(&config);
+            let mut checker = Checker::with_capacity(&config, operations);
             let mut refused = HashMap::new();
             while let Some(page) = rx.blocking_recv() {
                 for op in page {

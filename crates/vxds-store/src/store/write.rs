@@ -5,9 +5,9 @@
 //!    is the latest committed state, and nobody commits until it is done.
 //! 3. Under the lock: expected revision and each operation's precondition (expected versions,
 //!    `must_not_exist`: conflicts, which come first), deletes of missing resources, and the
-//!    aggregate-cluster graph across the whole store after the changeset, on the operations
-//!    that passed step 1. All errors of steps 1 and 3 are
-//!    reported together.
+//!    aggregate-cluster graph across the whole store after the changeset (when the changeset
+//!    adds aggregate edges: removing one cannot break the graph's rules), on the operations
+//!    that passed step 1. All errors of steps 1 and 3 are reported together.
 //! 4. Operations that change nothing are dropped; if nothing is left, no revision is made.
 //! 5. The writes (multi-row statements, a batch at a time: [`bulk`]), the revision and its
 //!    change list, the head; with Postgres a NOTIFY that is
@@ -148,11 +148,12 @@ impl Store {
         }
 
         let keys: Vec<&ResourceKey> = changeset.operations.iter().map(|op| &op.key).collect();
-        let current = load_current(&mut tx, &keys).await?;
+        let mut current = load_current(&mut tx, &keys).await?;
         drop(keys);
 
         let mut errors = stateless_errors;
-        let mut changes = Vec::new();
+        // At most one change per operation; sized once, not grown by doubling.
+        let mut changes = Vec::with_capacity(changeset.operations.len());
         for op in &changeset.operations {
             let existing = current.get(&op.key);
             if let Err((field, message)) = op
@@ -199,6 +200,8 @@ impl Store {
             }
         }
 
+        // A re-applied file changes little: the answer keeps only the list's length.
+        changes.shrink_to_fit();
         errors.extend(graph_problems(&mut tx, changeset).await?);
         if !errors.is_empty() {
             errors.sort_by_key(|p| p.operation);
@@ -240,6 +243,11 @@ impl Store {
             .filter(|op| matches!(op.action, Action::Delete))
             .map(|op| &op.key)
             .collect();
+        // Only puts read what they replace: a changeset of deletions (a restore to an empty
+        // store) frees the current versions before its deletes run.
+        if deleted.len() == changed_ops.len() {
+            current = HashMap::new();
+        }
         delete_resources(&mut tx, &deleted).await?;
         drop(deleted);
         let puts: Vec<(&ResourceKey, &ValidatedResource)> = changed_ops
@@ -304,15 +312,10 @@ async fn graph_problems(
     changeset: &changeset::ValidatedChangeset,
 ) -> Result<Vec<Problem>, StoreError> {
     let mut problems = Vec::new();
-    let cluster_updates = changeset.aggregate_updates();
-    if !cluster_updates.is_empty() {
+    // Only an aggregate edge can break the aggregate rules; removing one cannot.
+    if changeset.adds_aggregate_edges() {
         let mut edges = load_edges(tx).await?;
-        for (cluster, children) in cluster_updates {
-            match children {
-                Some(children) => edges.insert(cluster, children),
-                None => edges.remove(&cluster),
-            };
-        }
+        changeset.update_aggregate_edges(&mut edges);
         problems.extend(changeset.graph_problems(&edges));
     }
     // Only a redirect can break the redirect rule; removing one cannot.
