@@ -183,6 +183,14 @@ impl Drop for Inner {
     }
 }
 
+/// What SQLite may hold of the process's memory, page caches of every connection together
+/// (SQLite's `soft_heap_limit`, one limit for the process): past it, SQLite recycles cached
+/// pages instead of allocating more. Without it each connection keeps its own 2 MiB cache,
+/// 16 MiB for the default 8 connections, all filled by one big write and held after it — on
+/// the embedded default, a sixth of what a 100,000-resource restore may add to the server
+/// (docs/benchmarks.md). The operating system's file cache still holds the database's pages.
+pub const SQLITE_SOFT_HEAP_LIMIT: u64 = 8 << 20;
+
 impl Store {
     /// Connects to `postgres://...` or `sqlite://...` (the SQLite file is created if missing).
     pub async fn connect(url: &str, options: StoreOptions) -> Result<Self, StoreError> {
@@ -243,6 +251,12 @@ impl Store {
         if backend == Backend::Sqlite && !is_sqlite_memory(&url) {
             // Readers never block the writer, nor the writer readers.
             sqlx::query("PRAGMA journal_mode = WAL")
+                .execute(&pool)
+                .await?;
+        }
+        if backend == Backend::Sqlite {
+            let limit = format!("PRAGMA soft_heap_limit = {SQLITE_SOFT_HEAP_LIMIT}");
+            sqlx::query(sqlx::AssertSqlSafe(limit))
                 .execute(&pool)
                 .await?;
         }
@@ -561,5 +575,18 @@ mod tests {
             redact("postgres://postgres@127.0.0.1/postgres"),
             "postgres://postgres@127.0.0.1/postgres"
         );
+    }
+
+    /// SQLite's memory is one limit for the process, set by every SQLite store it connects.
+    #[tokio::test]
+    async fn sqlite_recycles_its_pages_past_one_limit_for_the_process() {
+        let store = Store::connect("sqlite::memory:", StoreOptions::default())
+            .await
+            .unwrap();
+        let limit: i64 = sqlx::query_scalar("PRAGMA soft_heap_limit")
+            .fetch_one(store.pool())
+            .await
+            .unwrap();
+        assert_eq!(u64::try_from(limit).ok(), Some(SQLITE_SOFT_HEAP_LIMIT));
     }
 }

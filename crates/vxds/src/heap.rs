@@ -5,6 +5,11 @@
 //! holds (a leak grows it), `resident` what the allocator keeps mapped (retention and
 //! fragmentation grow it while `allocated` stays flat). They are read at scrape time, so they
 //! cost nothing between scrapes.
+//!
+//! jemalloc is built unprefixed: it is `malloc` for the whole process, C code included, so
+//! SQLite's memory is in these figures and its freed pages are returned like the rest (with
+//! glibc's allocator they stayed resident after a big write). Its options come from
+//! `MALLOC_CONF`.
 
 use prometheus_client::collector::Collector;
 use prometheus_client::encoding::{DescriptorEncoder, EncodeMetric};
@@ -35,7 +40,7 @@ pub const DIRTY_DECAY_MS: isize = 1000;
 const JEMALLOC_DIRTY_DECAY_MS: isize = 10_000;
 
 /// Sets how long freed pages stay resident ([`DIRTY_DECAY_MS`]), for the arenas that exist
-/// and those made later — unless the operator chose a time (`_RJEM_MALLOC_CONF`), which is
+/// and those made later — unless the operator chose a time (`MALLOC_CONF`), which is
 /// kept. Only arenas at jemalloc's default are changed: its arena for huge allocations purges
 /// at once (0) and stays so.
 pub fn decay_freed_pages_within(ms: isize) -> Result<(), tikv_jemalloc_ctl::Error> {
