@@ -183,12 +183,13 @@ impl Drop for Inner {
     }
 }
 
-/// What SQLite may hold of the process's memory, page caches of every connection together
-/// (SQLite's `soft_heap_limit`, one limit for the process): past it, SQLite recycles cached
-/// pages instead of allocating more. Without it each connection keeps its own 2 MiB cache,
-/// 16 MiB for the default 8 connections, all filled by one big write and held after it — on
-/// the embedded default, a sixth of what a 100,000-resource restore may add to the server
-/// (docs/benchmarks.md). The operating system's file cache still holds the database's pages.
+/// What SQLite should hold of the process's memory — page caches, statements, schemas of every
+/// connection together (SQLite's `soft_heap_limit`, one limit for the process). A soft limit:
+/// nothing fails at it; past it SQLite recycles clean cached pages and spills dirty ones to the
+/// WAL instead of allocating more. Without it each connection may keep its own 2 MiB page cache,
+/// up to 16 MiB for the default 8 connections, held after a big write (docs/benchmarks.md: the
+/// 100,000-resource restore on SQLite). The operating system's file cache still holds the
+/// database's pages.
 pub const SQLITE_SOFT_HEAP_LIMIT: u64 = 8 << 20;
 
 impl Store {
@@ -577,9 +578,9 @@ mod tests {
         );
     }
 
-    /// SQLite's memory is one limit for the process, set by every SQLite store it connects.
+    /// SQLite's memory has one soft limit for the process, set by every SQLite store it connects.
     #[tokio::test]
-    async fn sqlite_recycles_its_pages_past_one_limit_for_the_process() {
+    async fn sqlite_memory_has_one_soft_limit_for_the_process() {
         let store = Store::connect("sqlite::memory:", StoreOptions::default())
             .await
             .unwrap();

@@ -9,7 +9,7 @@
 //! jemalloc is built unprefixed: it is `malloc` for the whole process, C code included, so
 //! SQLite's memory is in these figures and its freed pages are returned like the rest (with
 //! glibc's allocator they stayed resident after a big write). Its options come from
-//! `MALLOC_CONF`.
+//! `MALLOC_CONF` (on Linux; on macOS jemalloc stays prefixed: `_RJEM_MALLOC_CONF`).
 
 use prometheus_client::collector::Collector;
 use prometheus_client::encoding::{DescriptorEncoder, EncodeMetric};
