@@ -730,16 +730,26 @@ fn key_of(op: &OperationRequest, config: &ValidationConfig) -> Option<ResourceKe
     })
 }
 
+/// The clusters an operation's cluster points to as an aggregate after it; `None` when it has
+/// none (deleted, not an aggregate, or not a cluster).
+fn aggregate_edges(op: &ValidatedOperation) -> Option<&BTreeSet<String>> {
+    match &op.action {
+        Action::Put(resource) if op.key.type_url.ends_with(CLUSTER) => resource
+            .aggregate_children
+            .as_ref()
+            .filter(|children| !children.is_empty()),
+        _ => None,
+    }
+}
+
 impl ValidatedChangeset {
     /// Whether this changeset gives some cluster aggregate edges. Only an edge can close a
     /// cycle or deepen a chain: a changeset that adds none (removing edges, deleting clusters,
     /// leaf clusters) cannot break the aggregate graph's rules, and need not load the graph.
     pub fn adds_aggregate_edges(&self) -> bool {
-        self.operations.iter().any(|op| {
-            op.key.type_url.ends_with(CLUSTER)
-                && matches!(&op.action,
-                    Action::Put(resource) if resource.aggregate_children.as_ref().is_some_and(|c| !c.is_empty()))
-        })
+        self.operations
+            .iter()
+            .any(|op| aggregate_edges(op).is_some())
     }
 
     /// Takes `edges` (aggregate cluster → the clusters it points to) to what they are after
@@ -750,19 +760,10 @@ impl ValidatedChangeset {
             if !op.key.type_url.ends_with(CLUSTER) {
                 continue;
             }
-            match &op.action {
-                Action::Put(resource) => match &resource.aggregate_children {
-                    Some(children) if !children.is_empty() => {
-                        edges.insert(op.key.name.clone(), children.clone());
-                    }
-                    _ => {
-                        edges.remove(&op.key.name);
-                    }
-                },
-                Action::Delete => {
-                    edges.remove(&op.key.name);
-                }
-            }
+            match aggregate_edges(op) {
+                Some(children) => edges.insert(op.key.name.clone(), children.clone()),
+                None => edges.remove(&op.key.name),
+            };
         }
     }
 

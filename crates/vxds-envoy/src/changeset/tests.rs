@@ -26,6 +26,20 @@ fn put(ty: &str, name: &str, variants: Vec<(Value, Value)>) -> OperationRequest 
     })
 }
 
+/// A put of aggregate cluster `name` pointing to `children`.
+fn aggregate(name: &str, children: &[&str]) -> OperationRequest {
+    put(
+        "cluster",
+        name,
+        vec![(
+            json!(null),
+            json!({"@type": "type.googleapis.com/envoy.config.cluster.v3.Cluster", "name": name,
+                   "cluster_type": {"name": "envoy.clusters.aggregate", "typed_config": {
+                       "@type": rules::AGGREGATE_CONFIG_TYPE_URL, "clusters": children}}}),
+        )],
+    )
+}
+
 fn run(ops: Vec<OperationRequest>) -> Result<Validated, Invalid> {
     validate(
         &ChangesetRequest {
@@ -357,20 +371,8 @@ fn xdstp_names_are_normalised_and_checked() {
 
 #[test]
 fn standalone_validation_checks_the_aggregate_graph() {
-    let agg = |name: &str, children: &[&str]| {
-        put(
-            "cluster",
-            name,
-            vec![(
-                json!(null),
-                json!({"@type": "type.googleapis.com/envoy.config.cluster.v3.Cluster", "name": name,
-                       "cluster_type": {"name": "envoy.clusters.aggregate", "typed_config": {
-                           "@type": rules::AGGREGATE_CONFIG_TYPE_URL, "clusters": children}}}),
-            )],
-        )
-    };
     let request = ChangesetRequest {
-        operations: vec![agg("a", &["b"]), agg("b", &["a"])],
+        operations: vec![aggregate("a", &["b"]), aggregate("b", &["a"])],
         ..Default::default()
     };
     assert!(validate(&request, &ValidationConfig::default()).is_ok());
@@ -384,18 +386,6 @@ fn standalone_validation_checks_the_aggregate_graph() {
 /// the graph's old ones with its clusters' edges replaced, removed when deleted or made leaves.
 #[test]
 fn aggregate_edges_are_updated_by_the_clusters_a_changeset_touches() {
-    let agg = |name: &str, children: &[&str]| {
-        put(
-            "cluster",
-            name,
-            vec![(
-                json!(null),
-                json!({"@type": "type.googleapis.com/envoy.config.cluster.v3.Cluster", "name": name,
-                       "cluster_type": {"name": "envoy.clusters.aggregate", "typed_config": {
-                           "@type": rules::AGGREGATE_CONFIG_TYPE_URL, "clusters": children}}}),
-            )],
-        )
-    };
     let leaf = |name: &str| {
         put(
             "cluster",
@@ -428,7 +418,7 @@ fn aggregate_edges_are_updated_by_the_clusters_a_changeset_touches() {
     removing.update_aggregate_edges(&mut graph);
     assert_eq!(graph, edges(&[("z", &["c"])]));
 
-    let adding = run(vec![leaf("a"), agg("b", &["a", "c"])])
+    let adding = run(vec![leaf("a"), aggregate("b", &["a", "c"])])
         .unwrap()
         .changeset;
     assert!(adding.adds_aggregate_edges());
@@ -437,7 +427,9 @@ fn aggregate_edges_are_updated_by_the_clusters_a_changeset_touches() {
     assert_eq!(graph, edges(&[("b", &["a", "c"]), ("z", &["b"])]));
     // A cycle through a cluster of the changeset is reported against it; clusters of the
     // changeset outside the graph play no part.
-    let closing = run(vec![leaf("far"), agg("c", &["z"])]).unwrap().changeset;
+    let closing = run(vec![leaf("far"), aggregate("c", &["z"])])
+        .unwrap()
+        .changeset;
     closing.update_aggregate_edges(&mut graph);
     let problems = closing.graph_problems(&graph);
     assert_eq!(problems.len(), 1);
