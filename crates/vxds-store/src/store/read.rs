@@ -120,7 +120,10 @@ impl Store {
                 .guarded(self.fetch_changes(revision, false, Some(commit_id), &mut resources))
                 .await?
             {
-                Followed::Changes(batch) => Followed::Changes(ChangeBatch { resources, ..batch }),
+                Followed::Changes(batch) => {
+                    self.publish_head(batch.revision);
+                    Followed::Changes(ChangeBatch { resources, ..batch })
+                }
                 diverged => diverged,
             },
         )
@@ -134,8 +137,15 @@ impl Store {
         commit_id: i64,
         sink: &mut dyn ResourceSink,
     ) -> Result<Followed, StoreError> {
-        self.guarded(self.fetch_changes(revision, false, Some(commit_id), sink))
-            .await
+        let followed = self
+            .guarded(self.fetch_changes(revision, false, Some(commit_id), sink))
+            .await?;
+        // A head read with the changes is one this process has seen: the index is never
+        // ahead of `watch_head` (a check may read a commit before the head poll does).
+        if let Followed::Changes(batch) = &followed {
+            self.publish_head(batch.revision);
+        }
+        Ok(followed)
     }
 
     /// The head's state: every resource, and the head revision's change list — what the index
