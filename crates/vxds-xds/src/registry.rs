@@ -17,6 +17,7 @@
 //! with the whole revision being dispatched.
 
 pub mod heartbeats;
+pub mod wake;
 
 use std::collections::{BTreeSet, HashMap, HashSet};
 use std::hash::{BuildHasherDefault, Hasher};
@@ -24,7 +25,7 @@ use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::{Arc, Mutex};
 
 use smallvec::SmallVec;
-use tokio::sync::{Notify, watch};
+use tokio::sync::watch;
 use vxds_core::xdstp::XdstpUrn;
 use vxds_store::{Index, Snapshot};
 
@@ -68,12 +69,20 @@ pub use vxds_store::ChangedKey;
 #[derive(Debug, Default)]
 pub struct Inbox {
     pending: Mutex<Pending>,
-    notify: Notify,
+    /// The stream's task: raised [`wake::MARKED`] by every mark.
+    wake: Arc<wake::Wake>,
 }
+
+/// Changed keys, in order and once each: held inline for the one or two a revision changes
+/// for most streams (a B-tree allocated a node on every mark and freed it on every take).
+pub type MarkedKeys = SmallVec<[ChangedKey; 2]>;
+
+/// The revisions marked, with the types each changed for the stream: inline for two.
+pub type MarkedRevisions = SmallVec<[(u64, TypeMask); 2]>;
 
 #[derive(Debug, Default)]
 struct Pending {
-    keys: BTreeSet<ChangedKey>,
+    keys: MarkedKeys,
     everything: bool,
     /// The latest revision marked, in the index's latest epoch: the stream must compute from
     /// a snapshot at least as new — by `(epoch, revision)`, since a reload after the head went
@@ -83,7 +92,7 @@ struct Pending {
     /// Every revision marked, with the types it changed for the stream, for rollout
     /// tracking (`crate::rollout`); at most [`crate::rollout::MAX_CONCERNS`], the oldest given
     /// up beyond.
-    revisions: Vec<(u64, TypeMask)>,
+    revisions: MarkedRevisions,
     /// The index epoch of `revisions`: a mark of a later epoch (a reload) drops them, since
     /// their numbers now name other revisions, whose records are not theirs.
     revisions_epoch: u64,
@@ -93,11 +102,11 @@ struct Pending {
 #[derive(Debug, Default)]
 pub struct Marked {
     /// The changed resources, or `None` for everything.
-    pub keys: Option<BTreeSet<ChangedKey>>,
+    pub keys: Option<MarkedKeys>,
     pub revision: u64,
     pub epoch: u64,
     /// Each revision marked, oldest first, with the types it changed for the stream.
-    pub revisions: Vec<(u64, TypeMask)>,
+    pub revisions: MarkedRevisions,
     /// Their index epoch.
     pub revisions_epoch: u64,
 }
@@ -147,21 +156,28 @@ impl Inbox {
             let mut types = TypeMask::NONE;
             let mut last_type: Option<&str> = None;
             let everything = pending.everything;
+            let held = pending.keys.len();
             for key in keys {
                 if last_type != Some(key.type_url.as_str()) {
                     types = types.with(&key.type_url);
                     last_type = Some(&key.type_url);
                 }
                 if !everything {
-                    pending.keys.insert(key.clone());
+                    pending.keys.push(key.clone());
                 }
+            }
+            // A dispatch marks a stream with keys in order, once each; marks that coalesce
+            // (a busy stream) are merged.
+            if held > 0 || !pending.keys.windows(2).all(|w| w[0] < w[1]) {
+                pending.keys.sort_unstable();
+                pending.keys.dedup();
             }
             if (epoch, revision) > (pending.epoch, pending.revision) {
                 (pending.epoch, pending.revision) = (epoch, revision);
             }
             result = pending.note(revision, epoch, types);
         }
-        self.notify.notify_one();
+        self.wake.raise(wake::MARKED);
         result
     }
 
@@ -176,7 +192,7 @@ impl Inbox {
             pending.revision = revision;
             pending.epoch = epoch;
         }
-        self.notify.notify_one();
+        self.wake.raise(wake::MARKED);
         result
     }
 
@@ -192,11 +208,6 @@ impl Inbox {
                 )
             })
             .unwrap_or_default()
-    }
-
-    /// Waits until something is marked (a mark made before the wait counts).
-    pub async fn wait(&self) {
-        self.notify.notified().await;
     }
 
     /// What was marked since the last take.
@@ -328,8 +339,8 @@ pub struct Registry {
 pub struct Registration {
     pub id: u64,
     pub inbox: Arc<Inbox>,
-    /// Notified when the stream's heartbeat is due.
-    pub heartbeat: Arc<Notify>,
+    /// What wakes the stream's task: a mark of its inbox, its heartbeat ([`wake`]).
+    pub wake: Arc<wake::Wake>,
     registry: Arc<Registry>,
 }
 
@@ -368,7 +379,11 @@ impl Registry {
     }
 
     pub fn register(self: &Arc<Self>, id: u64, status: Arc<Mutex<ClientStatus>>) -> Registration {
-        let inbox = Arc::new(Inbox::default());
+        let wake = Arc::new(wake::Wake::default());
+        let inbox = Arc::new(Inbox {
+            pending: Mutex::default(),
+            wake: wake.clone(),
+        });
         // Outside the registry's lock: interning takes the interner's.
         let nothing = crate::machine::shared_interest(StreamInterest::new());
         if let Ok(mut indexes) = self.indexes.lock() {
@@ -384,7 +399,7 @@ impl Registry {
         Registration {
             id,
             inbox,
-            heartbeat: Arc::new(Notify::new()),
+            wake,
             registry: self.clone(),
         }
     }

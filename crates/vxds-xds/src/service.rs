@@ -28,7 +28,7 @@ use crate::events::{Answer, ClientEvent, ClientEvents, Presence};
 use crate::identity::{PeerIdentity, PeerInfo, trusted_params};
 use crate::machine::{MachineConfig, Protocol, RequestOutcome, Response, StreamMachine};
 use crate::metrics::{PerType, StreamLabels, TypeCounters, XdsMetrics};
-use crate::registry::Registry;
+use crate::registry::{Registry, wake};
 use crate::rollout::StreamRollout;
 use crate::types::{Method, ServiceSpec};
 use crate::wire::{self, DeltaResponse, FastDecode, SotwResponse};
@@ -546,15 +546,12 @@ async fn run_stream<Req, Resp>(
     // The futures every turn of the loop waits on besides the request, made once: made anew
     // on every request, each registered and unregistered a waiter under its notifier's lock,
     // on every stream for every ACK. The one-shot ones (the connection closing, the client
-    // leaving) end the task; the others are renewed when they fire.
+    // leaving) end the task. Marks and heartbeats wake it through `registration.wake`,
+    // whose poll is an atomic load and a waker's re-registration.
     let closing = until_closing(&mut connection);
     tokio::pin!(closing);
     let left = out.closed();
     tokio::pin!(left);
-    let marked_wait = registration.inbox.wait();
-    tokio::pin!(marked_wait);
-    let heartbeat_due = registration.heartbeat.notified();
-    tokio::pin!(heartbeat_due);
     // When the first of what a revision waits for and the client has not asked for stops
     // being waited for (rollout tracking's grace): an idle stream wakes then, so that the
     // revision settles. One timer, reset only when the deadline moves; none armed without.
@@ -650,17 +647,26 @@ async fn run_stream<Req, Resp>(
                     break;
                 }
             },
-            () = &mut marked_wait => {
-                marked_wait.set(registration.inbox.wait());
-                let mut marked = Marked::new();
-                let snapshot = shared.registry.catch_up_marked(&registration.inbox, &mut machine, &mut marked).await;
-                let responses = poll(&rollout, &mut machine, &snapshot, &marked);
-                record_computed(&mut rollout, &machine, (snapshot.epoch, snapshot.revision), &marked, &responses);
-                if !responses.is_empty()
-                    && let Some(committed) = snapshot.committed_at_ms()
-                {
-                    let now = SystemTime::now().duration_since(UNIX_EPOCH).unwrap_or(Duration::ZERO).as_millis() as i64;
-                    shared.metrics.push_latency.observe((now - committed).max(0) as f64 / 1000.0);
+            woken = registration.wake.take() => {
+                let mut responses = Vec::new();
+                if woken & wake::MARKED != 0 {
+                    let mut marked = Marked::new();
+                    let snapshot = shared.registry.catch_up_marked(&registration.inbox, &mut machine, &mut marked).await;
+                    responses = poll(&rollout, &mut machine, &snapshot, &marked);
+                    record_computed(&mut rollout, &machine, (snapshot.epoch, snapshot.revision), &marked, &responses);
+                    if !responses.is_empty()
+                        && let Some(committed) = snapshot.committed_at_ms()
+                    {
+                        let now = SystemTime::now().duration_since(UNIX_EPOCH).unwrap_or(Duration::ZERO).as_millis() as i64;
+                        shared.metrics.push_latency.observe((now - committed).max(0) as f64 / 1000.0);
+                    }
+                }
+                if woken & wake::HEARTBEAT != 0 {
+                    let beats = machine.heartbeat(shared.registry.snapshot().revision, std::time::Instant::now());
+                    for beat in &beats {
+                        counters.get(&shared.metrics, PerType::Heartbeats, beat.type_url()).inc();
+                    }
+                    responses.extend(beats);
                 }
                 responses
             }
@@ -668,14 +674,6 @@ async fn run_stream<Req, Resp>(
                 need_deadline = None;
                 rollout.needs_expired();
                 Vec::new()
-            }
-            () = &mut heartbeat_due => {
-                heartbeat_due.set(registration.heartbeat.notified());
-                let beats = machine.heartbeat(shared.registry.snapshot().revision, std::time::Instant::now());
-                for beat in &beats {
-                    counters.get(&shared.metrics, PerType::Heartbeats, beat.type_url()).inc();
-                }
-                beats
             }
         };
         for response in responses {
@@ -722,14 +720,14 @@ async fn run_stream<Req, Resp>(
                 // A first TTL'd resource: at once what needs it (what a reconnecting client
                 // reported holding, whose TTL has been running since the last server's
                 // heartbeat); what was just sent is in flight and skipped.
-                registration.heartbeat.notify_one();
+                registration.wake.raise(wake::HEARTBEAT);
             }
             ttl_registered = ttl;
             let every = ttl.map(|t| t.mul_f64(shared.machine.heartbeat_fraction));
             shared
                 .registry
                 .heartbeats
-                .set(id, every, &registration.heartbeat);
+                .set(id, every, &registration.wake);
         }
     }
     debug!(stream = id, "stream closed");

@@ -8,10 +8,10 @@ use std::collections::HashMap;
 use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
-use tokio::sync::Notify;
 use tokio::time::{Instant, MissedTickBehavior};
 
 use super::Registry;
+use super::wake::{HEARTBEAT, Wake};
 
 /// How often the task looks: a heartbeat is at most this late.
 pub const TICK: Duration = Duration::from_millis(100);
@@ -20,7 +20,7 @@ pub const TICK: Duration = Duration::from_millis(100);
 struct Beat {
     every: Duration,
     next: Instant,
-    due: Arc<Notify>,
+    due: Arc<Wake>,
 }
 
 /// The streams that hold TTL'd resources, and when each is next due.
@@ -30,8 +30,8 @@ pub struct Heartbeats {
 }
 
 impl Heartbeats {
-    /// Stream `id` wants `due` notified every `every`; `None`: it holds nothing with a TTL.
-    pub fn set(&self, id: u64, every: Option<Duration>, due: &Arc<Notify>) {
+    /// Stream `id` wants `due` raised every `every`; `None`: it holds nothing with a TTL.
+    pub fn set(&self, id: u64, every: Option<Duration>, due: &Arc<Wake>) {
         let Ok(mut streams) = self.streams.lock() else {
             return;
         };
@@ -60,9 +60,9 @@ impl Heartbeats {
         }
     }
 
-    /// Wakes every stream due at `now`; returns how many. Notified outside the lock.
+    /// Wakes every stream due at `now`; returns how many. Raised outside the lock.
     pub fn tick(&self, now: Instant) -> usize {
-        let due: Vec<Arc<Notify>> = match self.streams.lock() {
+        let due: Vec<Arc<Wake>> = match self.streams.lock() {
             Ok(mut streams) => streams
                 .values_mut()
                 .filter(|beat| beat.next <= now)
@@ -73,7 +73,7 @@ impl Heartbeats {
                 .collect(),
             Err(_) => return 0,
         };
-        due.iter().for_each(|notify| notify.notify_one());
+        due.iter().for_each(|wake| wake.raise(HEARTBEAT));
         due.len()
     }
 
@@ -104,8 +104,8 @@ mod tests {
     #[tokio::test]
     async fn one_tick_wakes_only_the_due_streams() {
         let beats = Heartbeats::default();
-        let fast = Arc::new(Notify::new());
-        let slow = Arc::new(Notify::new());
+        let fast = Arc::new(Wake::default());
+        let slow = Arc::new(Wake::default());
         beats.set(1, Some(Duration::from_secs(1)), &fast);
         beats.set(2, Some(Duration::from_secs(3)), &slow);
         beats.set(3, None, &slow);
