@@ -175,6 +175,9 @@ impl TypeState {
         // Taken from the front: usually the only one, held inline.
         let through = self.unacked.partition_point(|(s, _)| *s <= seq);
         let taken: BySeq<Carried> = self.unacked.drain(..through).collect();
+        // Whether something may have left what the client holds: only then can the
+        // renewal bookkeeping below hold keys it no longer has (most ACKs only add).
+        let mut removed = false;
         for (_, carried) in taken {
             match carried {
                 Carried::Changes(changes) => {
@@ -187,17 +190,24 @@ impl TypeState {
                                 }
                                 self.accepted.insert(key, item)
                             }
-                            None => self.accepted.remove(&key),
+                            None => {
+                                removed = true;
+                                self.accepted.remove(&key)
+                            }
                         }
                     }
                 }
                 Carried::State(state, version) => {
+                    removed = true;
                     self.accepted.become_state(state);
                     self.accepted_version = Some(version);
                     let timed = self.accepted.by_ttl();
                     self.fresh.extend(timed.map(|(_, k)| k.clone()));
                 }
             }
+        }
+        if !removed {
+            return;
         }
         self.renewed.retain(|k, _| self.accepted.contains_key(k));
         self.fresh.retain(|k| self.accepted.contains_key(k));

@@ -377,7 +377,8 @@ impl TypeState {
             .map(|(k, item)| (k.clone(), item.clone()))
             .collect();
         let mut response = DeltaResponse::default();
-        let mut carried: Vec<(ItemKey, Option<Item>)> = Vec::new();
+        response.resources.reserve_exact(upserts.len());
+        let mut carried: Vec<(ItemKey, Option<Item>)> = Vec::with_capacity(upserts.len());
         for (key, item) in upserts {
             self.note_referencing(&key, &item);
             response.resources.push(item.wrapped(key.name()));
@@ -392,14 +393,17 @@ impl TypeState {
         }
         // A variant replaced by another (TP2): the old one's removal goes in the same response
         // as the new one, so that the client swaps them atomically.
-        let replaced: BTreeSet<ItemKey> = response
-            .resources
-            .iter()
-            .filter(|r| matches!(r.naming, Naming::Constrained(_)))
-            .flat_map(|r| self.sent_variants(&r.name))
-            .filter(|old| !self.desired.contains_key(*old))
-            .cloned()
-            .collect();
+        let replaced: BTreeSet<ItemKey> =
+            if (response.resources.iter()).any(|r| matches!(r.naming, Naming::Constrained(_))) {
+                (response.resources.iter())
+                    .filter(|r| matches!(r.naming, Naming::Constrained(_)))
+                    .flat_map(|r| self.sent_variants(&r.name))
+                    .filter(|old| !self.desired.contains_key(*old))
+                    .cloned()
+                    .collect()
+            } else {
+                BTreeSet::new()
+            };
         for key in replaced {
             let sent = self.unsend(&key);
             self.dirty.remove(&key);
@@ -416,10 +420,12 @@ impl TypeState {
         // Tell the client what does not exist, so that it does not wait for it. What it has is
         // a removal instead, for the break phase.
         let still_missing: BTreeSet<Missing> = self.missing.clone();
-        self.reported_missing.retain(|m| match m {
-            Missing::Glob(g) => self.glob_members.get(g).is_some_and(BTreeSet::is_empty),
-            other => still_missing.contains(other),
-        });
+        if !self.reported_missing.is_empty() {
+            self.reported_missing.retain(|m| match m {
+                Missing::Glob(g) => self.glob_members.get(g).is_some_and(BTreeSet::is_empty),
+                other => still_missing.contains(other),
+            });
+        }
         for missing in still_missing {
             if self.reported_missing.contains(&missing) {
                 continue;

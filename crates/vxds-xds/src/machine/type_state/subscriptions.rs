@@ -316,6 +316,9 @@ impl TypeState {
         self.dirty.remove(key);
         // The client dropped it itself (it unsubscribed): nothing to renew.
         self.accepted.remove(key);
+        self.renewed.remove(key);
+        self.fresh.remove(key);
+        self.renew_with_body.remove(key);
     }
 
     /// The variants of `name` the client holds (locator subscriptions), found by range.
