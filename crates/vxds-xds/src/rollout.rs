@@ -53,7 +53,10 @@ pub struct Rollouts {
     /// Where `rollout` events go (`GET /v1/events`).
     events: crate::events::ClientEvents,
     records: Mutex<Records>,
-    /// Notified when a record changes: a stream answered, a revision was published.
+    /// Notified when a revision's outcome may have changed here: a stream refused it, or
+    /// nothing of it is pending or undecided any more (as [`Self::settled`]). Waiters
+    /// look again at the merged status ([`vxds_core::rollout::RolloutStatus`], whose
+    /// state changes only then).
     pub changed: Notify,
     /// Notified when a revision settles on this replica (nothing pending or undecided) or a
     /// stream refuses one: the client summary is published early (debounced) so that other
@@ -160,8 +163,10 @@ impl Rollouts {
             self.events
                 .send(crate::events::ClientEvent::Rollout(progress));
         }
-        self.changed.notify_waiters();
+        // Only what can end a wait for the revision's outcome (a refusal, the last answer):
+        // waking the waiters' list on every stream's every answer took its lock each time.
         if settled {
+            self.changed.notify_waiters();
             self.settled.notify_one();
         }
     }

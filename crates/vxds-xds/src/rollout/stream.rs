@@ -208,8 +208,9 @@ struct Need {
 #[derive(Debug)]
 struct Concern {
     revision: u64,
-    /// The types it changed for the stream (indexes into `StreamRollout::types`).
-    types: Vec<usize>,
+    /// The types it changed for the stream (indexes into `StreamRollout::types`): inline,
+    /// a revision changes one or two types for most streams.
+    types: SmallVec<[usize; 2]>,
     nacked: bool,
     /// The removals it made due that are held back, `(type, name)`: it is not accepted
     /// before they go. Removals others made due are not its.
@@ -325,7 +326,7 @@ impl StreamRollout {
 
     /// Every type `c` waits for something of, as type URLs.
     fn waited_types(&self, c: &Concern) -> Vec<&'static str> {
-        let mut types: Vec<usize> = c.types.clone();
+        let mut types: Vec<usize> = c.types.to_vec();
         types.extend(c.awaiting.iter().map(|(i, _)| *i));
         types.extend(c.removals.iter().map(|(i, _)| *i));
         types.extend(c.needs.iter().map(|n| n.ty));
@@ -515,7 +516,7 @@ impl StreamRollout {
         held: &[(usize, &Arc<str>, bool)],
         dependencies: &[Dependency],
     ) {
-        let mut types: Vec<usize> = Vec::new();
+        let mut types: SmallVec<[usize; 2]> = SmallVec::new();
         for &(i, _) in responses {
             if !types.contains(&i) && m.types.reaches(self.types[i].type_url) {
                 types.push(i);
@@ -532,7 +533,8 @@ impl StreamRollout {
             return;
         }
         let mut needs = Vec::new();
-        let until = Instant::now() + NEED_GRACE;
+        // The clock read only when something is named (most revisions name nothing).
+        let mut until = None;
         for d in dependencies {
             let from = self.type_index(&d.from_type);
             if types.contains(&from) {
@@ -542,7 +544,7 @@ impl StreamRollout {
                     name: d.name.clone(),
                     from: (from, d.from_name.clone()),
                     nonce: d.nonce,
-                    until,
+                    until: *until.get_or_insert_with(|| Instant::now() + NEED_GRACE),
                 });
             }
         }
