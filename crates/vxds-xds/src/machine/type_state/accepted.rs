@@ -77,8 +77,9 @@ impl Accepted {
 
     /// The accepted items become exactly `state` (sorted by key, as a SotW response carries
     /// it), changed in place: a SotW ACK usually changes one item of many, and rebuilding
-    /// the tree cost every stream an allocation per item per revision.
-    pub(crate) fn become_state(&mut self, state: Vec<(ItemKey, Item)>) {
+    /// the tree cost every stream an allocation per item per revision. Whether some key
+    /// left.
+    pub(crate) fn become_state(&mut self, state: Vec<(ItemKey, Item)>) -> bool {
         // Usually the same keys as before: the values are replaced in place, without a
         // search by key; only a changed TTL touches `timed`.
         if self.items.len() == state.len()
@@ -108,7 +109,7 @@ impl Accepted {
                     self.timed.insert((after, key));
                 }
             }
-            return;
+            return false;
         }
         let gone: Vec<ItemKey> = self
             .items
@@ -122,6 +123,7 @@ impl Accepted {
         for (key, item) in state {
             self.insert(key, item);
         }
+        !gone.is_empty()
     }
 
     /// The TTL'd items' keys, shortest TTL first, with their TTLs.
@@ -198,8 +200,7 @@ impl TypeState {
                     }
                 }
                 Carried::State(state, version) => {
-                    removed = true;
-                    self.accepted.become_state(state);
+                    removed |= self.accepted.become_state(state);
                     self.accepted_version = Some(version);
                     let timed = self.accepted.by_ttl();
                     self.fresh.extend(timed.map(|(_, k)| k.clone()));
