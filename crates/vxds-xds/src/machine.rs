@@ -160,11 +160,13 @@ impl Response {
 /// What a request did, for the service: ACKs and NACKs, for the metrics.
 #[derive(Clone, Debug, Default, PartialEq, Eq)]
 pub struct RequestOutcome {
-    pub acks: Vec<String>,
-    pub nacks: Vec<String>,
+    /// The types answered (each of a response the server sent, so interned: no copy of the
+    /// name per ACK).
+    pub acks: AnsweredTypes,
+    pub nacks: AnsweredTypes,
     /// SotW: types whose response a later one superseded, and which the client accepted all
     /// the same (a stale nonce): it holds that response's state (rollout tracking).
-    pub superseded_acks: Vec<String>,
+    pub superseded_acks: AnsweredTypes,
     /// The subscriptions changed: the registry needs the new interest.
     pub interest_changed: bool,
     /// The request named a type URL that is no message of the Envoy API: it was ignored.
@@ -174,6 +176,9 @@ pub struct RequestOutcome {
     /// refused of them, or was to fetch of them, is behind it).
     pub unsubscribed: Option<(String, Vec<String>)>,
 }
+
+/// Type URLs a request answered: one, nearly always.
+pub type AnsweredTypes = SmallVec<[&'static str; 1]>;
 
 /// A request for a type the server does not know (see [`RequestOutcome::unknown_type`]).
 #[derive(Clone, Debug, PartialEq, Eq)]
@@ -483,7 +488,9 @@ impl StreamMachine {
                 .is_some_and(|last| type_state::nonce_seq(&request.response_nonce) != Some(last));
             if stale {
                 if ty.answer_superseded(&request.response_nonce, request.error_detail.is_none()) {
-                    outcome.superseded_acks.push(type_url.clone());
+                    outcome
+                        .superseded_acks
+                        .push(crate::types::intern(&type_url));
                 }
             } else if let Some(ack) = ty.answer(
                 &request.response_nonce,
@@ -673,16 +680,11 @@ impl StreamMachine {
     /// only the removals the client's accepted configuration still names (`Settled`), until
     /// a later update is accepted.
     pub fn poll(&mut self, snapshot: &Snapshot) -> Vec<Response> {
-        self.dependencies.clear();
         let follow = std::mem::take(&mut self.follow_references);
-        // Most polls follow an ACK with nothing else pending: nothing to compute or send.
-        if self.types.values().all(|ty| ty.quiet()) {
-            for ty in self.types.values_mut() {
-                ty.removals_due_now.clear();
-                ty.free_emptied();
-            }
+        if self.rest_if_quiet() {
             return Vec::new();
         }
+        self.dependencies.clear();
         for ty in self.types.values_mut() {
             ty.removals_due_now.clear();
             ty.follow_references = follow;
@@ -749,6 +751,22 @@ impl StreamMachine {
             }
         }
         responses
+    }
+
+    /// When no type has anything to compute or send (nothing dirty, stale, forced, missing
+    /// or waiting for removal — after an ACK, nearly always), what a poll does then, without
+    /// a snapshot: the last computation's removals and references are forgotten, what
+    /// emptied is freed. Whether it was so; if not, nothing changed.
+    pub fn rest_if_quiet(&mut self) -> bool {
+        if !self.types.values().all(|ty| ty.quiet()) {
+            return false;
+        }
+        self.dependencies.clear();
+        for ty in self.types.values_mut() {
+            ty.removals_due_now.clear();
+            ty.free_emptied();
+        }
+        true
     }
 
     /// The shortest TTL among the resources heartbeats renew on this stream (what the client
@@ -955,7 +973,7 @@ fn record_ack(
     let entry = type_entry(&mut status, type_url);
     match ack {
         Ack::Acked { version } => {
-            outcome.acks.push(type_url.to_owned());
+            outcome.acks.push(crate::types::intern(type_url));
             // Once per ACK on every stream: the strings are rewritten in place.
             let acked = entry.last_acked.get_or_insert_with(Acked::default);
             acked.version = version;
@@ -963,7 +981,7 @@ fn record_ack(
             acked.at = Stamp::now();
         }
         Ack::Nacked { version, message } => {
-            outcome.nacks.push(type_url.to_owned());
+            outcome.nacks.push(crate::types::intern(type_url));
             entry.last_nacked = Some(Nacked {
                 version,
                 nonce: nonce.to_owned(),

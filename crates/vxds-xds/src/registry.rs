@@ -775,7 +775,12 @@ mod tests {
     fn coalesced_marks_hold_each_key_once_in_order() {
         let registry = Arc::new(Registry::new(snapshot(1)));
         let stream = registry.register(1, Arc::default());
-        let (c0, c1, c2, c3) = (key(CDS, "c0"), key(CDS, "c1"), key(CDS, "c2"), key(CDS, "c3"));
+        let (c0, c1, c2, c3) = (
+            key(CDS, "c0"),
+            key(CDS, "c1"),
+            key(CDS, "c2"),
+            key(CDS, "c3"),
+        );
         stream.inbox.mark([&c1, &c3], 2, 0);
         stream.inbox.mark([&c0, &c1, &c2], 3, 0);
         stream.inbox.mark([&c3], 4, 0);

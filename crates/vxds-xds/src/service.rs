@@ -618,13 +618,25 @@ async fn run_stream<Req, Resp>(
                         if outcome.interest_changed {
                             shared.registry.set_interest(id, machine.interest());
                         }
-                        // What the inbox holds first: one revision for every type.
-                        let mut marked = Marked::new();
-                        let snapshot = shared.registry.catch_up_marked(&registration.inbox, &mut machine, &mut marked).await;
-                        let responses = poll(&rollout, &mut machine, &snapshot, &marked);
-                        record_computed(&mut rollout, &machine, (snapshot.epoch, snapshot.revision), &marked, &responses);
-                        record_refusals(&mut rollout, refusals, &responses);
-                        responses
+                        // An answer and nothing else to do (an ACK, nearly always): no
+                        // catch-up and no computation, which would find nothing to send and
+                        // decide nothing. Marks that came meanwhile raised the task's wake:
+                        // the next turn computes them.
+                        if !outcome.interest_changed
+                            && !rollout.waits_on_computation()
+                            && machine.rest_if_quiet()
+                        {
+                            record_refusals(&mut rollout, refusals, &[]);
+                            Vec::new()
+                        } else {
+                            // What the inbox holds first: one revision for every type.
+                            let mut marked = Marked::new();
+                            let snapshot = shared.registry.catch_up_marked(&registration.inbox, &mut machine, &mut marked).await;
+                            let responses = poll(&rollout, &mut machine, &snapshot, &marked);
+                            record_computed(&mut rollout, &machine, (snapshot.epoch, snapshot.revision), &marked, &responses);
+                            record_refusals(&mut rollout, refusals, &responses);
+                            responses
+                        }
                     }
                     Err(status) => {
                         warn!(stream = id, node = ?machine.node().map(|n| n.id.clone()), error = %status.message(), "closing the stream");

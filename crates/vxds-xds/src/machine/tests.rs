@@ -393,7 +393,10 @@ fn sotw_a_new_name_after_a_nack_is_answered_under_the_last_accepted_nonce() {
         message: "bad endpoints".into(),
         details: vec![],
     });
-    assert_eq!(m.on_sotw_request(nack).unwrap().nacks, [ENDPOINT]);
+    assert_eq!(
+        m.on_sotw_request(nack).unwrap().nacks.as_slice(),
+        [ENDPOINT]
+    );
     assert!(m.poll(&world.snapshot).is_empty());
     // Cluster c2 arrives; Envoy asks for its endpoints, stamped with the last good nonce.
     let outcome = m
@@ -440,7 +443,7 @@ fn sotw_nacks_are_recorded_and_not_resent_until_the_next_change() {
         details: vec![],
     });
     let outcome = m.on_sotw_request(nack).unwrap();
-    assert_eq!(outcome.nacks, [ROUTE]);
+    assert_eq!(outcome.nacks.as_slice(), [ROUTE]);
     // The refused version is not sent again, however often the client asks.
     assert!(m.poll(&world.snapshot).is_empty());
     m.on_changes(&[ResourceKey {

@@ -394,6 +394,16 @@ impl StreamRollout {
             .map(|t| (t.accepted, t.sent))
     }
 
+    /// Whether a computation that sends nothing and was told of nothing can still decide
+    /// something: a revision waits for a held-back removal to go, for something named to be
+    /// sent, or for a reconnected client to be found in sync. Otherwise such a computation
+    /// may be skipped ([`Self::computed`] would change nothing).
+    pub fn waits_on_computation(&self) -> bool {
+        self.concerns
+            .iter()
+            .any(|c| !c.awaiting.is_empty() || !c.needs.is_empty() || c.adopted)
+    }
+
     /// Whether the next computation should report what the resources it sends name
     /// ([`Computation::dependencies`]): when it was told of revisions, or a revision waits
     /// for something named to be sent (what is sent for it may name more). Otherwise no one

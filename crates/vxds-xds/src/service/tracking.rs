@@ -49,7 +49,7 @@ pub(super) fn record_answers(
             Err(_) => return refusals,
         };
         for (type_url, text) in outcome.nacks.iter().zip(texts) {
-            refusals.push((type_url.clone(), nonce, node.clone(), text));
+            refusals.push(((*type_url).to_owned(), nonce, node.clone(), text));
         }
     }
     mirror_revisions(
