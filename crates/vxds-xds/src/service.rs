@@ -35,7 +35,7 @@ use crate::wire::{self, DeltaResponse, FastDecode, SotwResponse};
 
 mod tracking;
 
-use tracking::{poll, record_answers, record_computed, record_refusals};
+use tracking::{after_request, catch_up_and_compute, record_answers};
 
 /// Prost's codec with small starting buffers. A stream keeps one encode and one decode buffer
 /// for its whole life; tonic's 8 KiB defaults cost 16 KiB per stream, 160 MiB for ten thousand
@@ -562,8 +562,9 @@ async fn run_stream<Req, Resp>(
     loop {
         // In a fixed order (`biased`): an unbiased select draws a random number on every poll
         // to pick where to start. Endings first; then requests, which every turn is nearly
-        // always for, and which catch up with the inbox as they go, so neither the inbox nor
-        // the heartbeat waits behind them for long (a client's requests are rate-limited).
+        // always for, and which catch up with the inbox as they go unless they are answers
+        // with nothing else to do; the inbox and the heartbeat wait behind them no longer
+        // than a client's requests last (rate-limited, and answers owe to what was sent).
         let responses = tokio::select! {
             biased;
             () = &mut left => break,
@@ -614,29 +615,7 @@ async fn run_stream<Req, Resp>(
                         for type_url in &outcome.nacks {
                             counters.get(&shared.metrics, PerType::Nacks, type_url).inc();
                         }
-                        // Interest first, then the snapshot: no change can slip in between.
-                        if outcome.interest_changed {
-                            shared.registry.set_interest(id, machine.interest());
-                        }
-                        // An answer and nothing else to do (an ACK, nearly always): no
-                        // catch-up and no computation, which would find nothing to send and
-                        // decide nothing. Marks that came meanwhile raised the task's wake:
-                        // the next turn computes them.
-                        if !outcome.interest_changed
-                            && !rollout.waits_on_computation()
-                            && machine.rest_if_quiet()
-                        {
-                            record_refusals(&mut rollout, refusals, &[]);
-                            Vec::new()
-                        } else {
-                            // What the inbox holds first: one revision for every type.
-                            let mut marked = Marked::new();
-                            let snapshot = shared.registry.catch_up_marked(&registration.inbox, &mut machine, &mut marked).await;
-                            let responses = poll(&rollout, &mut machine, &snapshot, &marked);
-                            record_computed(&mut rollout, &machine, (snapshot.epoch, snapshot.revision), &marked, &responses);
-                            record_refusals(&mut rollout, refusals, &responses);
-                            responses
-                        }
+                        after_request((&shared.registry, id), &registration.inbox, &mut rollout, &mut machine, &outcome, refusals).await
                     }
                     Err(status) => {
                         warn!(stream = id, node = ?machine.node().map(|n| n.id.clone()), error = %status.message(), "closing the stream");
@@ -662,10 +641,8 @@ async fn run_stream<Req, Resp>(
             woken = registration.wake.take() => {
                 let mut responses = Vec::new();
                 if woken & wake::MARKED != 0 {
-                    let mut marked = Marked::new();
-                    let snapshot = shared.registry.catch_up_marked(&registration.inbox, &mut machine, &mut marked).await;
-                    responses = poll(&rollout, &mut machine, &snapshot, &marked);
-                    record_computed(&mut rollout, &machine, (snapshot.epoch, snapshot.revision), &marked, &responses);
+                    let snapshot;
+                    (responses, snapshot) = catch_up_and_compute(&shared.registry, &registration.inbox, &mut rollout, &mut machine).await;
                     if !responses.is_empty()
                         && let Some(committed) = snapshot.committed_at_ms()
                     {

@@ -2,6 +2,7 @@
 //! computation and what it sent, and what the client accepted, mirrored into its status.
 
 use crate::machine::{RequestOutcome, Response, StreamMachine};
+use crate::registry::{Inbox, Registry};
 use crate::rollout::{Computation, Mark, StreamRollout};
 
 /// A refusal, held until the computation that follows it: `(type, nonce, node, error text)`.
@@ -67,11 +68,7 @@ pub(super) fn record_answers(
 /// state without what the refusal no longer holds back, and the client's answer to that
 /// decides. A Delta response after a refusal carries only what changed since (removals, say),
 /// never the refused resources again, so there the refusal stands.
-pub(super) fn record_refusals(
-    rollout: &mut StreamRollout,
-    refusals: Vec<Refusal>,
-    responses: &[Response],
-) {
+fn record_refusals(rollout: &mut StreamRollout, refusals: Vec<Refusal>, responses: &[Response]) {
     for (type_url, nonce, node, text) in refusals {
         let resent_whole = responses
             .iter()
@@ -82,9 +79,61 @@ pub(super) fn record_refusals(
     }
 }
 
+/// After a request of the client, its answers recorded: the subscriptions it changed go to
+/// the registry, then the stream catches up with its inbox and computes, and the computation
+/// and the client's refusals are recorded. An answer and nothing else to do (an ACK, nearly
+/// always) skips the catch-up and the computation, which would find nothing to send and
+/// decide nothing: marks that came meanwhile raised the task's wake, and its next turn
+/// computes them. Not a refusal: on SotW one counts only if no whole state follows it at
+/// once, and that is for the computation to say.
+pub(super) async fn after_request(
+    (registry, id): (&Registry, u64),
+    inbox: &Inbox,
+    rollout: &mut StreamRollout,
+    machine: &mut StreamMachine,
+    outcome: &RequestOutcome,
+    refusals: Vec<Refusal>,
+) -> Vec<Response> {
+    // Interest first, then the snapshot: no change can slip in between.
+    if outcome.interest_changed {
+        registry.set_interest(id, machine.interest());
+    }
+    if !outcome.interest_changed
+        && outcome.nacks.is_empty()
+        && !rollout.waits_on_computation()
+        && machine.rest_if_quiet()
+    {
+        return Vec::new();
+    }
+    let (responses, _) = catch_up_and_compute(registry, inbox, rollout, machine).await;
+    record_refusals(rollout, refusals, &responses);
+    responses
+}
+
+/// The stream catches up with its inbox (one revision for every type), computes from the
+/// published snapshot, and records the computation; the responses, and the snapshot.
+pub(super) async fn catch_up_and_compute(
+    registry: &Registry,
+    inbox: &Inbox,
+    rollout: &mut StreamRollout,
+    machine: &mut StreamMachine,
+) -> (Vec<Response>, std::sync::Arc<vxds_store::Snapshot>) {
+    let mut marked = super::Marked::new();
+    let snapshot = registry.catch_up_marked(inbox, machine, &mut marked).await;
+    let responses = poll(rollout, machine, &snapshot, &marked);
+    record_computed(
+        rollout,
+        machine,
+        (snapshot.epoch, snapshot.revision),
+        &marked,
+        &responses,
+    );
+    (responses, snapshot)
+}
+
 /// The responses to send now, computed from `snapshot`: rollout tracking follows what they
 /// name when a revision may wait for it.
-pub(super) fn poll(
+fn poll(
     rollout: &StreamRollout,
     machine: &mut StreamMachine,
     snapshot: &vxds_store::Snapshot,
@@ -95,7 +144,7 @@ pub(super) fn poll(
 }
 
 /// A computation from the snapshot at `revision`, told of `marked`, that sent `responses`.
-pub(super) fn record_computed(
+fn record_computed(
     rollout: &mut StreamRollout,
     machine: &StreamMachine,
     (epoch, revision): (u64, u64),

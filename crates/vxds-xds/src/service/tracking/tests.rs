@@ -13,7 +13,7 @@ use vxds_envoy::pb::google::rpc::Status as RpcStatus;
 use super::*;
 use crate::machine::{MachineConfig, Protocol};
 use crate::registry::{Registration, Registry};
-use crate::rollout::{Known, Mark, NEED_GRACE};
+use crate::rollout::{Known, NEED_GRACE};
 use crate::types::{ADS, CLUSTER, ENDPOINT, LISTENER, ROUTE, SECRET, SERVICES};
 
 pub(super) use crate::machine::tests::World;
@@ -86,24 +86,16 @@ impl Stream {
             self.rollout.identify(self.label, &id);
         }
         let refusals = record_answers(&mut self.rollout, &self.machine, &outcome, nonce);
-        if outcome.interest_changed {
-            self.registry.set_interest(self.id, self.machine.interest());
-        }
-        let mut marked: Vec<Mark> = Vec::new();
-        let snapshot = self
-            .registry
-            .catch_up_marked(&self.reg.inbox, &mut self.machine, &mut marked)
-            .await;
-        let responses = poll(&self.rollout, &mut self.machine, &snapshot, &marked);
-        record_computed(
+        // The stream task's own path after a request.
+        after_request(
+            (&self.registry, self.id),
+            &self.reg.inbox,
             &mut self.rollout,
-            &self.machine,
-            (snapshot.epoch, snapshot.revision),
-            &marked,
-            &responses,
-        );
-        record_refusals(&mut self.rollout, refusals, &responses);
-        responses
+            &mut self.machine,
+            &outcome,
+            refusals,
+        )
+        .await
     }
 
     pub async fn sotw(
@@ -160,9 +152,16 @@ impl Stream {
         self.after(outcome, nonce.parse().ok()).await
     }
 
-    /// Woken by the inbox.
+    /// Woken by the inbox: the stream task's own path then.
     pub async fn wake(&mut self) -> Vec<Response> {
-        self.after(Default::default(), None).await
+        catch_up_and_compute(
+            &self.registry,
+            &self.reg.inbox,
+            &mut self.rollout,
+            &mut self.machine,
+        )
+        .await
+        .0
     }
 }
 
@@ -442,4 +441,48 @@ async fn grpc_sotw_does_not_wait_for_another_virtual_hosts_cluster() {
 fn route1(name: &str, ca: &str) -> Value {
     json!({"@type": ROUTE, "name": name, "virtual_hosts": [
         {"name": "a", "domains": ["a.example"], "routes": [{"match": {"prefix": "/"}, "route": {"cluster": ca}}]}]})
+}
+
+/// A cluster that names nothing the client fetches next (its endpoints inline).
+fn static_cluster(name: &str, connect_timeout: &str) -> Value {
+    json!({"@type": CLUSTER, "name": name, "type": "STATIC", "connect_timeout": connect_timeout,
+           "load_assignment": {"cluster_name": name}})
+}
+
+/// Review of 3ac2103: an answer with nothing else to do skips the catch-up and the
+/// computation, but a SotW refusal does not: a later revision waiting in the inbox is sent
+/// at once, as the type's whole state, and that answers for the refusal (it counts against
+/// no revision).
+#[tokio::test]
+async fn a_sotw_refusal_followed_at_once_by_a_later_state_refuses_no_revision() {
+    let mut world = World::new();
+    world.apply(json!([put("cluster", "c", static_cluster("c", "1s"))]));
+    let registry = Arc::new(Registry::new(Arc::new(world.snapshot.clone())));
+    let mut s = Stream::new(&registry, 1, Protocol::Sotw, &ADS);
+    for r in s.sotw(CLUSTER, &["c"], "", None).await {
+        let n = r.nonce().to_owned();
+        assert!(s.sotw(CLUSTER, &["c"], &n, None).await.is_empty());
+    }
+    let r1 = commit(
+        &registry,
+        &mut world,
+        json!([put("cluster", "c", static_cluster("c", "2s"))]),
+    );
+    let sent = s.wake().await;
+    assert_eq!(sent.len(), 1);
+    let n1 = sent[0].nonce().to_owned();
+    let r2 = commit(
+        &registry,
+        &mut world,
+        json!([put("cluster", "c", static_cluster("c", "3s"))]),
+    );
+    // The refusal of r1's response, r2 marked and not yet computed.
+    let after = s.sotw(CLUSTER, &["c"], &n1, Some("bad")).await;
+    assert_eq!(after.len(), 1, "r2's state follows the refusal at once");
+    assert_eq!(record(&registry, r1).nacked, 0);
+    let n2 = after[0].nonce().to_owned();
+    assert!(s.sotw(CLUSTER, &["c"], &n2, None).await.is_empty());
+    let (one, two) = (record(&registry, r1), record(&registry, r2));
+    assert_eq!((one.acked, one.nacked, one.pending), (1, 0, 0));
+    assert_eq!((two.acked, two.nacked, two.pending), (1, 0, 0));
 }
