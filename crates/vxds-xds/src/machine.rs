@@ -698,7 +698,8 @@ impl StreamMachine {
         order.sort_by(|a, b| {
             (push_rank(&a.type_url), &a.type_url).cmp(&(push_rank(&b.type_url), &b.type_url))
         });
-        let system_version = snapshot.revision.to_string();
+        // Shared by the responses and what they leave in flight.
+        let system_version = revision_text(snapshot.revision);
         let mut responses = Vec::new();
 
         // Make: additions and updates, in make-before-break order. A SotW response leaves out
@@ -794,7 +795,7 @@ impl StreamMachine {
             period: shortest.mul_f64(fraction),
             fraction,
         };
-        let system_version = revision.to_string();
+        let system_version = revision_text(revision);
         let mut responses = Vec::new();
         for ty in self.types.values_mut() {
             let seq = self.nonce + 1;
@@ -916,6 +917,23 @@ fn apply_held_changes(ty: &mut TypeState, entry: &mut TypeStatus) {
 }
 
 /// `*to = from`, reusing `to`'s allocation.
+/// A revision as Delta's `system_version_info`, shared by the responses of one computation
+/// and what they leave in flight: written in place, one allocation.
+fn revision_text(revision: u64) -> Arc<str> {
+    let mut digits = [0u8; 20];
+    let mut at = digits.len();
+    let mut rest = revision;
+    loop {
+        at -= 1;
+        digits[at] = b'0' + (rest % 10) as u8;
+        rest /= 10;
+        if rest == 0 {
+            break;
+        }
+    }
+    Arc::from(std::str::from_utf8(&digits[at..]).unwrap_or_default())
+}
+
 fn overwrite(to: &mut String, from: &str) {
     to.clear();
     to.push_str(from);
@@ -976,14 +994,14 @@ fn record_ack(
             outcome.acks.push(crate::types::intern(type_url));
             // Once per ACK on every stream: the strings are rewritten in place.
             let acked = entry.last_acked.get_or_insert_with(Acked::default);
-            acked.version = version;
+            overwrite(&mut acked.version, &version);
             overwrite(&mut acked.nonce, nonce);
             acked.at = Stamp::now();
         }
         Ack::Nacked { version, message } => {
             outcome.nacks.push(crate::types::intern(type_url));
             entry.last_nacked = Some(Nacked {
-                version,
+                version: version.to_string(),
                 nonce: nonce.to_owned(),
                 message,
                 at: now(),
@@ -1036,6 +1054,13 @@ pub fn known_types() -> &'static [&'static str] {
 #[cfg(test)]
 mod error_text_tests {
     use super::*;
+
+    #[test]
+    fn revisions_are_written_as_decimal_text() {
+        for revision in [0, 7, 10, 12_345, u64::MAX] {
+            assert_eq!(&*revision_text(revision), revision.to_string());
+        }
+    }
 
     #[test]
     fn nack_text_is_kept_within_bounds() {

@@ -123,8 +123,8 @@ pub struct Interest {
 /// The outcome of acknowledging a response.
 #[derive(Clone, Debug, PartialEq, Eq)]
 pub(crate) enum Ack {
-    Acked { version: String },
-    Nacked { version: String, message: String },
+    Acked { version: Arc<str> },
+    Nacked { version: Arc<str>, message: String },
 }
 
 #[derive(Debug)]
@@ -185,8 +185,8 @@ pub(crate) struct TypeState {
     /// SotW: the last response's sequence number (its nonce) and version; the version the
     /// client refused (until it accepts another).
     pub last_seq: Option<u64>,
-    last_version: Option<String>,
-    nacked_version: Option<String>,
+    last_version: Option<Arc<str>>,
+    nacked_version: Option<Arc<str>>,
     /// Responses not yet acknowledged (or refused), by sequence number (their nonce's
     /// value: a nonce is its sequence number in decimal).
     outstanding: BySeq<Outstanding>,
@@ -275,7 +275,7 @@ impl Settled {
 /// A response awaiting the client's answer.
 #[derive(Clone, Debug)]
 struct Outstanding {
-    version: String,
+    version: Arc<str>,
     /// Its sequence number (the nonce).
     seq: u64,
     /// The earliest response it answers for: itself, or (SotW) the oldest it superseded.

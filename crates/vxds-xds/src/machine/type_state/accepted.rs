@@ -157,7 +157,7 @@ pub(crate) enum Carried {
     /// Delta: items added or updated (`Some`) and removed (`None`).
     Changes(Vec<(ItemKey, Option<Item>)>),
     /// SotW: the whole state of the type, and the response's version.
-    State(Vec<(ItemKey, Item)>, String),
+    State(Vec<(ItemKey, Item)>, Arc<str>),
 }
 
 impl TypeState {
@@ -201,7 +201,14 @@ impl TypeState {
                 }
                 Carried::State(state, version) => {
                     removed |= self.accepted.become_state(state);
-                    self.accepted_version = Some(version);
+                    // Rewritten in place: once per ACK on every SotW stream.
+                    match &mut self.accepted_version {
+                        Some(accepted) => {
+                            accepted.clear();
+                            accepted.push_str(&version);
+                        }
+                        None => self.accepted_version = Some(version.to_string()),
+                    }
                     let timed = self.accepted.by_ttl();
                     self.fresh.extend(timed.map(|(_, k)| k.clone()));
                 }

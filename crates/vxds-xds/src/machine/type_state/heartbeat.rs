@@ -83,7 +83,7 @@ impl TypeState {
     pub fn delta_heartbeat(
         &mut self,
         seq: u64,
-        system_version: &str,
+        system_version: &Arc<str>,
         beat: Beat,
     ) -> Option<DeltaResponse> {
         self.settle_fresh(beat);
@@ -184,7 +184,7 @@ impl TypeState {
         for key in sent {
             self.renewed.insert(key, beat.now);
         }
-        let nonce = self.sotw_outstanding(seq, &version);
+        let nonce = self.sotw_outstanding(seq, &Arc::from(version.as_str()));
         self.mark_heartbeat(&nonce, Vec::new());
         Some(SotwResponse {
             version_info: version,

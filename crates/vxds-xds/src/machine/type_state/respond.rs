@@ -159,7 +159,7 @@ impl TypeState {
                         accepted.clear();
                         accepted.push_str(&version);
                     }
-                    None => self.accepted_version = Some(version.clone()),
+                    None => self.accepted_version = Some(version.to_string()),
                 }
                 // A later version accepted: the refusal is behind the client, and the refused
                 // content may be sent again if it comes back. A heartbeat is no later version:
@@ -168,15 +168,15 @@ impl TypeState {
                     if self.refused.is_some_and(|r| answered.seq > r.seq) {
                         self.refused = None;
                     }
-                    if self.nacked_version.as_deref() != Some(version.as_str()) {
+                    if self.nacked_version.as_deref() != Some(&*version) {
                         self.nacked_version = None;
                     }
                 }
                 Ack::Acked {
-                    version: if client_version.is_empty() {
+                    version: if client_version.is_empty() || client_version == &*version {
                         version
                     } else {
-                        client_version.to_owned()
+                        Arc::from(client_version)
                     },
                 }
             }
@@ -299,16 +299,18 @@ impl TypeState {
         let version = shared_sotw_version(&self.type_url, &labelled);
         drop(labelled);
         let force = std::mem::take(&mut self.force_send);
-        let repeat = self.last_version.as_deref() == Some(version.as_str());
-        let refused = self.nacked_version.as_deref() == Some(version.as_str());
+        let repeat = self.last_version.as_deref() == Some(&*version);
+        let refused = self.nacked_version.as_deref() == Some(&*version);
+        // What is neither to send nor to remove needs no attention (desired looked up first:
+        // nearly everything dirty was just sent, one search each).
         if !force && (repeat || refused) {
             self.dirty
-                .retain(|k| self.sent.contains_key(k) && !self.desired.contains_key(k));
+                .retain(|k| !self.desired.contains_key(k) && self.sent.contains_key(k));
             return None;
         }
         self.sent_becomes(&state);
         self.dirty
-            .retain(|k| self.sent.contains_key(k) && !self.desired.contains_key(k));
+            .retain(|k| !self.desired.contains_key(k) && self.sent.contains_key(k));
         self.last_version = Some(version.clone());
         let nonce = self.sotw_outstanding(seq, &version);
         let resources = state
@@ -317,7 +319,7 @@ impl TypeState {
             .collect();
         self.carry(seq, Carried::State(state, version.clone()));
         Some(SotwResponse {
-            version_info: version,
+            version_info: version.to_string(),
             resources,
             type_url: self.type_url.clone(),
             nonce,
@@ -371,7 +373,7 @@ impl TypeState {
 
     /// Delta, make phase: additions and updates, and what the client subscribed to but does
     /// not exist. `None` when there is nothing to say.
-    pub fn delta_make(&mut self, seq: u64, system_version: &str) -> Option<DeltaResponse> {
+    pub fn delta_make(&mut self, seq: u64, system_version: &Arc<str>) -> Option<DeltaResponse> {
         let upserts: SmallVec<[(ItemKey, Item); 2]> = self
             .pending_upserts()
             .map(|(k, item)| (k.clone(), item.clone()))
@@ -413,9 +415,10 @@ impl TypeState {
                 constraints: sent.and_then(|s| s.constraints()),
             });
         }
-        // Whatever is neither to send nor to remove needs no attention.
+        // Whatever is neither to send nor to remove needs no attention (desired looked up
+        // first: nearly everything dirty was just sent, one search each).
         self.dirty
-            .retain(|k| self.sent.contains_key(k) && !self.desired.contains_key(k));
+            .retain(|k| !self.desired.contains_key(k) && self.sent.contains_key(k));
 
         // Tell the client what does not exist, so that it does not wait for it. What it has is
         // a removal instead, for the break phase.
@@ -492,7 +495,7 @@ impl TypeState {
     pub fn delta_break(
         &mut self,
         seq: u64,
-        system_version: &str,
+        system_version: &Arc<str>,
         settled: &Settled,
     ) -> Option<DeltaResponse> {
         // Removals are among the dirty items: none, nothing to remove (nearly every poll).
@@ -543,7 +546,7 @@ impl TypeState {
         &mut self,
         response: DeltaResponse,
         seq: u64,
-        system_version: &str,
+        system_version: &Arc<str>,
         carried: Carried,
     ) -> Option<DeltaResponse> {
         if response.resources.is_empty()
@@ -560,19 +563,19 @@ impl TypeState {
         &mut self,
         mut response: DeltaResponse,
         seq: u64,
-        system_version: &str,
+        system_version: &Arc<str>,
         carried: Carried,
     ) -> DeltaResponse {
         response.type_url = self.type_url.clone();
         response.nonce = seq.to_string();
-        response.system_version_info = system_version.to_owned();
+        response.system_version_info = system_version.to_string();
         self.carry(seq, carried);
         self.unanswered += 1;
         insert_by_seq(
             &mut self.outstanding,
             seq,
             Outstanding {
-                version: system_version.to_owned(),
+                version: system_version.clone(),
                 seq,
                 since: seq,
                 heartbeat: false,
@@ -584,7 +587,7 @@ impl TypeState {
 
     /// Records a SotW response of `entries` at `version` as the one outstanding: the client
     /// answers only the latest, which stands for those it supersedes.
-    pub(super) fn sotw_outstanding(&mut self, seq: u64, version: &str) -> String {
+    pub(super) fn sotw_outstanding(&mut self, seq: u64, version: &Arc<str>) -> String {
         self.unanswered += 1;
         let nonce = seq.to_string();
         self.last_seq = Some(seq);
@@ -599,7 +602,7 @@ impl TypeState {
         self.outstanding.push((
             seq,
             Outstanding {
-                version: version.to_owned(),
+                version: version.clone(),
                 seq,
                 since,
                 heartbeat: false,
@@ -678,7 +681,7 @@ fn sotw_version<'a>(
 struct MemoEntry {
     type_url: String,
     labels: Vec<(ItemKey, Arc<str>)>,
-    version: String,
+    version: Arc<str>,
 }
 
 impl MemoEntry {
@@ -753,10 +756,10 @@ const MEMO_MAX_LABELS: usize = 1024;
 /// [`sotw_version`], computed once per distinct state across the streams: at fan-out every
 /// SotW stream of a type whose subscription resolves alike sends the same state, and the hash
 /// (with its labels) was the largest part of a SotW stream's cost per revision.
-fn shared_sotw_version(type_url: &str, labels: &[(&ItemKey, &Arc<str>)]) -> String {
+fn shared_sotw_version(type_url: &str, labels: &[(&ItemKey, &Arc<str>)]) -> Arc<str> {
     use std::hash::{Hash, Hasher};
     if labels.len() > MEMO_MAX_LABELS {
-        return sotw_version(type_url, labels.iter().copied());
+        return Arc::from(sotw_version(type_url, labels.iter().copied()));
     }
     let mut hasher = Fingerprint::default();
     type_url.hash(&mut hasher);
@@ -776,7 +779,7 @@ fn shared_sotw_version(type_url: &str, labels: &[(&ItemKey, &Arc<str>)]) -> Stri
     {
         return entry.version.clone();
     }
-    let version = sotw_version(type_url, labels.iter().copied());
+    let version: Arc<str> = Arc::from(sotw_version(type_url, labels.iter().copied()));
     if let Ok(mut memo) = SOTW_VERSIONS.lock() {
         if memo.len() >= MEMO_MAX_ENTRIES {
             memo.clear();
@@ -863,8 +866,8 @@ mod tests {
         // Shared: the same answer from the memo, and for equal contents in other `Arc`s.
         let labels: Vec<(&ItemKey, &Arc<str>)> = keys.iter().zip(&versions).collect();
         let expected = content_hash("vxds.sotw.v1", &parts);
-        assert_eq!(shared_sotw_version("t", &labels), expected);
-        assert_eq!(shared_sotw_version("t", &labels), expected);
+        assert_eq!(&*shared_sotw_version("t", &labels), expected);
+        assert_eq!(&*shared_sotw_version("t", &labels), expected);
         let copies: Vec<(ItemKey, Arc<str>)> = keys
             .iter()
             .zip(&versions)
@@ -877,12 +880,12 @@ mod tests {
             })
             .collect();
         let copied: Vec<(&ItemKey, &Arc<str>)> = copies.iter().map(|(k, v)| (k, v)).collect();
-        assert_eq!(shared_sotw_version("t", &copied), expected);
+        assert_eq!(&*shared_sotw_version("t", &copied), expected);
         // Another version of one item: another hash, not the memo's.
         let other: Arc<str> = "h9".into();
         let mut changed = labels.clone();
         changed[0].1 = &other;
-        assert_ne!(shared_sotw_version("t", &changed), expected);
-        assert_ne!(shared_sotw_version("u", &labels), expected);
+        assert_ne!(&*shared_sotw_version("t", &changed), expected);
+        assert_ne!(&*shared_sotw_version("u", &labels), expected);
     }
 }
