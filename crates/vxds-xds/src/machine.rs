@@ -916,7 +916,6 @@ fn apply_held_changes(ty: &mut TypeState, entry: &mut TypeStatus) {
     }
 }
 
-/// `*to = from`, reusing `to`'s allocation.
 /// A revision as Delta's `system_version_info`, shared by the responses of one computation
 /// and what they leave in flight: written in place, one allocation.
 fn revision_text(revision: u64) -> Arc<str> {
@@ -934,7 +933,13 @@ fn revision_text(revision: u64) -> Arc<str> {
     Arc::from(std::str::from_utf8(&digits[at..]).unwrap_or_default())
 }
 
+/// `*to = from`, reusing `to`'s allocation — unless it is far larger than `from` needs
+/// (a client's version text can be megabytes once): then it is let go.
 fn overwrite(to: &mut String, from: &str) {
+    if to.capacity() > from.len().max(64) * 4 {
+        *to = from.to_owned();
+        return;
+    }
     to.clear();
     to.push_str(from);
 }

@@ -293,6 +293,41 @@ fn sotw_answers_first_requests_even_when_nothing_exists() {
     assert!(sotw(&responses[0]).resources.is_empty());
 }
 
+/// Review of 58376dd: the status's acked version is rewritten in place, but a client's
+/// version text of a megabyte is not kept for the stream's life by the ACKs after it.
+#[test]
+fn a_huge_acked_version_text_is_let_go_by_the_next_ack() {
+    let mut world = World::new();
+    env_routes(&mut world);
+    let mut m = sotw_machine();
+    m.on_sotw_request(sotw_request(ROUTE, &["web"], "", ""))
+        .unwrap();
+    let first = sotw(&m.poll(&world.snapshot)[0]);
+    let huge = "x".repeat(1 << 20);
+    m.on_sotw_request(sotw_request(ROUTE, &["web"], &first.nonce, &huge))
+        .unwrap();
+    let acked = |m: &StreamMachine| {
+        let status = m.status();
+        let status = status.lock().unwrap();
+        let version = &status.types[0].last_acked.as_ref().unwrap().version;
+        (version.len(), version.capacity())
+    };
+    assert_eq!(acked(&m).0, 1 << 20);
+    let changed = world.apply(json!([put("route", "web", &[("*", route("web", "all"))])]));
+    m.on_changes(&changed);
+    let second = sotw(&m.poll(&world.snapshot)[0]);
+    m.on_sotw_request(sotw_request(
+        ROUTE,
+        &["web"],
+        &second.nonce,
+        &second.version_info,
+    ))
+    .unwrap();
+    let (len, capacity) = acked(&m);
+    assert_eq!(len, second.version_info.len());
+    assert!(capacity < 1 << 16, "{capacity}");
+}
+
 #[test]
 fn sotw_stale_nonces_are_no_answer_but_their_subscription_counts() {
     let mut world = World::new();
