@@ -917,20 +917,9 @@ fn apply_held_changes(ty: &mut TypeState, entry: &mut TypeStatus) {
 }
 
 /// A revision as Delta's `system_version_info`, shared by the responses of one computation
-/// and what they leave in flight: written in place, one allocation.
+/// and what they leave in flight.
 fn revision_text(revision: u64) -> Arc<str> {
-    let mut digits = [0u8; 20];
-    let mut at = digits.len();
-    let mut rest = revision;
-    loop {
-        at -= 1;
-        digits[at] = b'0' + (rest % 10) as u8;
-        rest /= 10;
-        if rest == 0 {
-            break;
-        }
-    }
-    Arc::from(std::str::from_utf8(&digits[at..]).unwrap_or_default())
+    Arc::from(revision.to_string())
 }
 
 /// `*to = from`, reusing `to`'s allocation — unless it is far larger than `from` needs
