@@ -416,7 +416,7 @@ impl StreamMachine {
                 )));
             }
             let params = self.default_params(type_url);
-            let mut state = TypeState::new(type_url.to_owned(), params);
+            let mut state = TypeState::new(type_url, params);
             if type_url == types::SECRET {
                 state.secrets = Some(self.config.secrets.clone());
             }

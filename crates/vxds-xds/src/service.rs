@@ -665,6 +665,21 @@ async fn run_stream<Req, Resp>(
                 Vec::new()
             }
         };
+        // The connection closing while this turn computed (a revoked certificate): nothing
+        // more is queued; `try_send` below would not look.
+        let closed = if responses.is_empty() {
+            None
+        } else {
+            let mut cx = Context::from_waker(std::task::Waker::noop());
+            match closing.as_mut().poll(&mut cx) {
+                Poll::Ready(reason) => Some(reason),
+                Poll::Pending => None,
+            }
+        };
+        if let Some(reason) = closed {
+            end_closing(&out, reason).await;
+            break;
+        }
         for response in responses {
             let counted = counters
                 .get(&shared.metrics, PerType::Responses, response.type_url())
@@ -672,13 +687,18 @@ async fn run_stream<Req, Resp>(
             let Some(response) = unwrap(response) else {
                 continue;
             };
-            let sent = tokio::select! {
-                biased;
-                reason = &mut closing => {
-                    end_closing(&out, reason).await;
-                    return;
-                }
-                sent = out.send(Box::new(Ok(response))) => sent.is_ok(),
+            // Nearly always there is room: queued without making and polling a send's future.
+            let sent = match out.try_send(Box::new(Ok(response))) {
+                Ok(()) => true,
+                Err(mpsc::error::TrySendError::Closed(_)) => false,
+                Err(mpsc::error::TrySendError::Full(queued)) => tokio::select! {
+                    biased;
+                    reason = &mut closing => {
+                        end_closing(&out, reason).await;
+                        return;
+                    }
+                    sent = out.send(queued) => sent.is_ok(),
+                },
             };
             if !sent {
                 debug!(stream = id, "the client left mid-push");

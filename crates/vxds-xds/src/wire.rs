@@ -203,9 +203,9 @@ impl SotwEntry {
 /// A `DiscoveryResponse`.
 #[derive(Clone, Debug, Default, PartialEq, Eq)]
 pub struct SotwResponse {
-    pub version_info: String,
+    pub version_info: Arc<str>,
     pub resources: Vec<SotwEntry>,
-    pub type_url: String,
+    pub type_url: Arc<str>,
     pub nonce: String,
 }
 
@@ -229,9 +229,9 @@ impl RemovedName {
 /// A `DeltaDiscoveryResponse`.
 #[derive(Clone, Debug, Default, PartialEq, Eq)]
 pub struct DeltaResponse {
-    pub system_version_info: String,
+    pub system_version_info: Arc<str>,
     pub resources: Vec<Wrapped>,
-    pub type_url: String,
+    pub type_url: Arc<str>,
     pub removed_resources: Vec<String>,
     pub removed_resource_names: Vec<RemovedName>,
     pub nonce: String,
@@ -588,7 +588,7 @@ mod tests {
         for n in [0, 1, 111, 112, 113, 127, 128, 300, 20_000] {
             let long = "x".repeat(n);
             let response = DeltaResponse {
-                system_version_info: long.clone(),
+                system_version_info: long.as_str().into(),
                 resources: vec![Wrapped {
                     name: long.as_str().into(),
                     naming: Naming::Legacy,
@@ -599,7 +599,7 @@ mod tests {
                         999_999_999,
                     )),
                 }],
-                type_url: long.clone(),
+                type_url: long.as_str().into(),
                 nonce: long.clone(),
                 removed_resources: vec![long.clone(), String::new()],
                 removed_resource_names: vec![RemovedName {

@@ -19,9 +19,11 @@ pub(crate) mod heartbeat;
 mod lists;
 mod respond;
 mod subscriptions;
+mod touched;
 
 use desired::glob_scan_prefix;
 pub(crate) use respond::nonce_seq;
+use touched::Touched;
 
 use std::collections::{BTreeMap, BTreeSet};
 use std::sync::Arc;
@@ -129,7 +131,8 @@ pub(crate) enum Ack {
 
 #[derive(Debug)]
 pub(crate) struct TypeState {
-    pub type_url: String,
+    /// Shared with every response of the type and every stream's state of it (interned).
+    pub type_url: Arc<str>,
     /// Shared with every stream whose parameters are equal (`crate::intern`).
     pub default_params: Arc<ParamSet>,
     pub seen_request: bool,
@@ -164,21 +167,21 @@ pub(crate) struct TypeState {
     desired: BTreeMap<ItemKey, Item>,
     /// The desired items of a resource (by normal name), except those keyed by the normal
     /// name itself, which are found directly: most resources need no entry here.
-    by_normal: BTreeMap<String, Vec<ItemKey>>,
-    missing: BTreeSet<Missing>,
-    glob_members: BTreeMap<String, BTreeSet<Arc<str>>>,
+    by_normal: Touched<BTreeMap<String, Vec<ItemKey>>>,
+    missing: Touched<BTreeSet<Missing>>,
+    glob_members: Touched<BTreeMap<String, BTreeSet<Arc<str>>>>,
 
     /// Resources (normal names) to look at again; everything when `full_refresh`.
-    stale_normals: BTreeSet<String>,
+    stale_normals: Touched<BTreeSet<String>>,
     full_refresh: bool,
     /// Items whose desired state may differ from what the client has.
-    dirty: BTreeSet<ItemKey>,
+    dirty: Touched<BTreeSet<ItemKey>>,
     /// Answer even if nothing changed: new subscriptions deserve an answer (SotW: any; Delta:
     /// a new wildcard, the one subscription nothing else answers when it matches nothing).
     pub force_send: bool,
 
     sent: BTreeMap<ItemKey, Sent>,
-    reported_missing: BTreeSet<Missing>,
+    reported_missing: Touched<BTreeSet<Missing>>,
     /// How `sent` changed since the stream's status last looked.
     held_changes: HeldChanges,
 
@@ -194,10 +197,10 @@ pub(crate) struct TypeState {
     refused: Option<Refused>,
     /// Names reported at connect (`initial_resource_versions`) not yet matched to what the
     /// subscriptions want: a locator's may be a variant. Empty after the first refresh.
-    reported_names: BTreeSet<Arc<str>>,
+    reported_names: Touched<BTreeSet<Arc<str>>>,
     /// Removals due, each with the sequence number of the last response sent when it became
     /// due: it may go once every response up to that one is accepted.
-    removal_stamps: BTreeMap<ItemKey, u64>,
+    removal_stamps: Touched<BTreeMap<ItemKey, u64>>,
     /// The removals that became due in the last poll (rollout tracking: they are the marked
     /// revisions').
     pub removals_due_now: Vec<ItemKey>,
@@ -221,14 +224,14 @@ pub(crate) struct TypeState {
     /// sent, or already answered, resets nothing).
     pub unanswered: usize,
     /// When each accepted TTL'd item was last renewed by a heartbeat.
-    renewed: BTreeMap<ItemKey, std::time::Instant>,
+    renewed: Touched<BTreeMap<ItemKey, std::time::Instant>>,
     /// TTL'd items just accepted with their bodies (their TTL restarted then): renewed as of
     /// the next heartbeat round, which sends them nothing yet.
-    fresh: BTreeSet<ItemKey>,
+    fresh: Touched<BTreeSet<ItemKey>>,
     /// TTL'd items a reconnecting client reported holding: their TTL has run since the last
     /// server's renewal, for how long nobody knows, so the first renewal carries the body —
     /// it restores what may have lapsed meanwhile, where a bodiless one would be refused.
-    renew_with_body: BTreeSet<ItemKey>,
+    renew_with_body: Touched<BTreeSet<ItemKey>>,
 }
 
 /// Entries by sequence number, ascending: the responses in flight and what they carried.
@@ -296,9 +299,9 @@ struct Refused {
 }
 
 impl TypeState {
-    pub fn new(type_url: String, default_params: ParamSet) -> Self {
+    pub fn new(type_url: &str, default_params: ParamSet) -> Self {
         Self {
-            type_url,
+            type_url: crate::intern::name(type_url),
             default_params: crate::intern::params(default_params),
             seen_request: false,
             legacy_wildcard: false,
@@ -314,23 +317,23 @@ impl TypeState {
             inline_lists: false,
             secrets: None,
             desired: BTreeMap::new(),
-            by_normal: BTreeMap::new(),
-            missing: BTreeSet::new(),
-            glob_members: BTreeMap::new(),
-            stale_normals: BTreeSet::new(),
+            by_normal: Touched::default(),
+            missing: Touched::default(),
+            glob_members: Touched::default(),
+            stale_normals: Touched::default(),
             full_refresh: true,
-            dirty: BTreeSet::new(),
+            dirty: Touched::default(),
             force_send: false,
             sent: BTreeMap::new(),
-            reported_missing: BTreeSet::new(),
+            reported_missing: Touched::default(),
             held_changes: HeldChanges::All,
             last_seq: None,
             last_version: None,
             nacked_version: None,
             outstanding: BySeq::new(),
             refused: None,
-            reported_names: BTreeSet::new(),
-            removal_stamps: BTreeMap::new(),
+            reported_names: Touched::default(),
+            removal_stamps: Touched::default(),
             removals_due_now: Vec::new(),
             follow_references: false,
             referencing: SmallVec::new(),
@@ -338,9 +341,9 @@ impl TypeState {
             accepted_version: None,
             unacked: BySeq::new(),
             unanswered: 0,
-            renewed: BTreeMap::new(),
-            fresh: BTreeSet::new(),
-            renew_with_body: BTreeSet::new(),
+            renewed: Touched::default(),
+            fresh: Touched::default(),
+            renew_with_body: Touched::default(),
         }
     }
 
@@ -428,16 +431,6 @@ impl TypeState {
     /// 700 bytes), and an idle stream would keep several, all empty. Called by every poll
     /// that sends nothing (each drop costs, even of a map that holds no node).
     pub fn free_emptied(&mut self) {
-        fn map<K, V>(map: &mut BTreeMap<K, V>) {
-            if map.is_empty() {
-                *map = BTreeMap::new();
-            }
-        }
-        fn set<K>(set: &mut BTreeSet<K>) {
-            if set.is_empty() {
-                *set = BTreeSet::new();
-            }
-        }
         fn by_seq<T>(entries: &mut BySeq<T>) {
             if entries.is_empty() && entries.spilled() {
                 *entries = BySeq::new();
@@ -445,22 +438,22 @@ impl TypeState {
         }
         by_seq(&mut self.outstanding);
         by_seq(&mut self.unacked);
-        map(&mut self.renewed);
-        set(&mut self.fresh);
-        set(&mut self.renew_with_body);
-        map(&mut self.removal_stamps);
+        self.renewed.free_if_emptied();
+        self.fresh.free_if_emptied();
+        self.renew_with_body.free_if_emptied();
+        self.removal_stamps.free_if_emptied();
         // Filled only while rollout tracking follows references; a full state's worth of
         // room is not kept on an idle stream.
         if self.referencing.is_empty() && self.referencing.spilled() {
             self.referencing = SmallVec::new();
         }
-        map(&mut self.by_normal);
-        map(&mut self.glob_members);
-        set(&mut self.dirty);
-        set(&mut self.missing);
-        set(&mut self.reported_missing);
-        set(&mut self.reported_names);
-        set(&mut self.stale_normals);
+        self.by_normal.free_if_emptied();
+        self.glob_members.free_if_emptied();
+        self.dirty.free_if_emptied();
+        self.missing.free_if_emptied();
+        self.reported_missing.free_if_emptied();
+        self.reported_names.free_if_emptied();
+        self.stale_normals.free_if_emptied();
     }
 }
 

@@ -118,13 +118,13 @@ impl Client {
                 self.latest.insert(type_url, self.nonce);
                 if !self.delta {
                     return Response::Sotw(crate::wire::SotwResponse {
-                        type_url: type_url.to_owned(),
+                        type_url: type_url.into(),
                         nonce: self.nonce.to_string(),
                         ..Default::default()
                     });
                 }
                 Response::Delta(crate::wire::DeltaResponse {
-                    type_url: type_url.to_owned(),
+                    type_url: type_url.into(),
                     nonce: self.nonce.to_string(),
                     resources: updated
                         .iter()

@@ -18,7 +18,7 @@ impl TypeState {
     pub fn refresh(&mut self, snapshot: &Snapshot) {
         if self.full_refresh {
             self.full_refresh = false;
-            let mut normals: BTreeSet<String> = std::mem::take(&mut self.stale_normals);
+            let mut normals: BTreeSet<String> = self.stale_normals.take();
             normals.extend(self.by_normal.keys().cloned());
             normals.extend(self.desired.values().map(|i| i.resource.name.to_string()));
             normals.extend(self.names.values().map(|n| n.to_string()));
@@ -34,7 +34,7 @@ impl TypeState {
                 );
             }
             self.missing.clear();
-            self.glob_members = self
+            *self.glob_members = self
                 .globs
                 .keys()
                 .map(|g| (g.clone(), BTreeSet::new()))
@@ -43,7 +43,7 @@ impl TypeState {
                 self.refresh_resource(&normal, snapshot);
             }
         } else {
-            for normal in std::mem::take(&mut self.stale_normals) {
+            for normal in self.stale_normals.take() {
                 self.refresh_resource(&normal, snapshot);
             }
         }
@@ -56,7 +56,7 @@ impl TypeState {
         let list = self.lists.get(normal).cloned();
         let stored_type = list
             .as_ref()
-            .map_or(self.type_url.as_str(), |l| l.collection_type_url.as_str());
+            .map_or(&*self.type_url, |l| l.collection_type_url.as_str());
         let resource = snapshot.get(stored_type, normal).cloned();
         // Held inline: a refresh usually finds one item before and one after.
         let mut previous: SmallVec<[ItemKey; 2]> = self
@@ -96,7 +96,7 @@ impl TypeState {
         // `Any` it is; on the collection type's stream it would be the wrong type.
         let entries_here = list
             .as_ref()
-            .is_some_and(|l| l.member_type_url == self.type_url);
+            .is_some_and(|l| *l.member_type_url == *self.type_url);
         let secrets = self.secrets.as_ref();
         let resolve = |spelling: &str, params: &ParamSet| match &list {
             None => resource.as_ref().and_then(|r| {

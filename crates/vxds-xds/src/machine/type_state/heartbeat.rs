@@ -47,7 +47,7 @@ pub struct Beat {
 impl TypeState {
     /// Whether the client renews `key`'s TTL from a bodiless Delta heartbeat.
     fn delta_heartbeats(&self, key: &ItemKey) -> bool {
-        if self.type_url == VIRTUAL_HOST {
+        if *self.type_url == *VIRTUAL_HOST {
             return false;
         }
         match key {
@@ -68,7 +68,7 @@ impl TypeState {
 
     /// What was accepted with its body since the last round counts as renewed now.
     fn settle_fresh(&mut self, beat: Beat) {
-        for key in std::mem::take(&mut self.fresh) {
+        for key in self.fresh.take() {
             self.renewed.insert(key, beat.now);
         }
     }
@@ -162,7 +162,7 @@ impl TypeState {
             return None;
         }
         // Only EDS and RDS take a partial response without removing or refusing anything.
-        let complete = self.type_url != ENDPOINT && self.type_url != ROUTE;
+        let complete = *self.type_url != *ENDPOINT && *self.type_url != *ROUTE;
         let resources: Vec<_> = self
             .accepted
             .iter()
@@ -184,7 +184,8 @@ impl TypeState {
         for key in sent {
             self.renewed.insert(key, beat.now);
         }
-        let nonce = self.sotw_outstanding(seq, &Arc::from(version.as_str()));
+        let version: Arc<str> = Arc::from(version.as_str());
+        let nonce = self.sotw_outstanding(seq, &version);
         self.mark_heartbeat(&nonce, Vec::new());
         Some(SotwResponse {
             version_info: version,

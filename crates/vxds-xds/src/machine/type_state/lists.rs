@@ -26,7 +26,7 @@ impl TypeState {
         // asks for a ListenerCollection on the LDS stream); on any other type's stream it does
         // not exist.
         if let Some(list) = ListCollection::parse(spelling).filter(|l| {
-            l.collection_type_url == self.type_url || l.member_type_url == self.type_url
+            *l.collection_type_url == *self.type_url || *l.member_type_url == *self.type_url
         }) {
             self.lists.insert(
                 list.urn.to_string(),

@@ -319,7 +319,7 @@ impl TypeState {
             .collect();
         self.carry(seq, Carried::State(state, version.clone()));
         Some(SotwResponse {
-            version_info: version.to_string(),
+            version_info: version.clone(),
             resources,
             type_url: self.type_url.clone(),
             nonce,
@@ -422,7 +422,7 @@ impl TypeState {
 
         // Tell the client what does not exist, so that it does not wait for it. What it has is
         // a removal instead, for the break phase.
-        let still_missing: BTreeSet<Missing> = self.missing.clone();
+        let still_missing: BTreeSet<Missing> = (*self.missing).clone();
         if !self.reported_missing.is_empty() {
             self.reported_missing.retain(|m| match m {
                 Missing::Glob(g) => self.glob_members.get(g).is_some_and(BTreeSet::is_empty),
@@ -457,7 +457,7 @@ impl TypeState {
             self.reported_missing.insert(missing);
         }
         // An empty glob collection is reported by its own name, once its members are gone.
-        for (glob, members) in &self.glob_members {
+        for (glob, members) in self.glob_members.iter() {
             let report = Missing::Glob(glob.clone());
             if !members.is_empty() || self.reported_missing.contains(&report) {
                 continue;
@@ -568,7 +568,7 @@ impl TypeState {
     ) -> DeltaResponse {
         response.type_url = self.type_url.clone();
         response.nonce = seq.to_string();
-        response.system_version_info = system_version.to_string();
+        response.system_version_info = system_version.clone();
         self.carry(seq, carried);
         self.unanswered += 1;
         insert_by_seq(

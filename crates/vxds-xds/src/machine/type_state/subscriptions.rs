@@ -472,7 +472,7 @@ impl TypeState {
             }
             None => {
                 out.insert((
-                    self.type_url.clone(),
+                    self.type_url.to_string(),
                     params,
                     Subscription::Name(normal.to_owned()),
                 ));
@@ -498,7 +498,7 @@ impl TypeState {
         }
         if wildcard {
             out.insert((
-                self.type_url.clone(),
+                self.type_url.to_string(),
                 &self.default_params,
                 Subscription::Wildcard,
             ));
@@ -508,7 +508,7 @@ impl TypeState {
                 continue;
             }
             out.insert((
-                self.type_url.clone(),
+                self.type_url.to_string(),
                 &glob.params,
                 Subscription::Collection(glob.url.to_string()),
             ));

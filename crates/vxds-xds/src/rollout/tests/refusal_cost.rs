@@ -18,7 +18,7 @@ impl Subscriptions for Nothing {
 
 fn big(n: usize, nonce: u64) -> Response {
     Response::Delta(crate::wire::DeltaResponse {
-        type_url: CDS.to_owned(),
+        type_url: CDS.into(),
         nonce: nonce.to_string(),
         resources: (0..n)
             .map(|i| crate::wire::Wrapped {
