@@ -62,8 +62,9 @@ pub struct Rollouts {
     /// stream refuses one: the client summary is published early (debounced) so that other
     /// replicas see it.
     pub settled: Notify,
-    /// Observes commit → ACK, in seconds (the convergence histogram).
-    observer: Mutex<Option<Observer>>,
+    /// Observes commit → ACK, in seconds (the convergence histogram). Set once, at start:
+    /// read without a lock by every stream's every accepted revision.
+    observer: std::sync::OnceLock<Observer>,
     /// The index's epoch of the records: a reload (the database's head went back or
     /// diverged, as after a failover) reuses revision numbers for other content, so the
     /// records and what streams accepted start over.
@@ -128,11 +129,10 @@ impl Rollouts {
         }
     }
 
-    /// Sets what every commit → ACK time is reported to (the metric).
+    /// Sets what every commit → ACK time is reported to (the metric); the first one set
+    /// stays.
     pub fn observe_with(&self, observer: Observer) {
-        if let Ok(mut o) = self.observer.lock() {
-            *o = Some(observer);
-        }
+        let _ = self.observer.set(observer);
     }
 
     fn update(&self, revision: u64, f: impl FnOnce(&mut RolloutRecord)) {
@@ -277,8 +277,7 @@ impl Rollouts {
             }
         });
         if let Some(ms) = latency
-            && let Ok(observer) = self.observer.lock()
-            && let Some(observe) = observer.as_ref()
+            && let Some(observe) = self.observer.get()
         {
             observe(ms as f64 / 1000.0);
         }

@@ -548,7 +548,9 @@ async fn run_stream<Req, Resp>(
     // on every stream for every ACK. The one-shot ones (the connection closing, the client
     // leaving) end the task. Marks and heartbeats wake it through `registration.wake`,
     // whose poll is an atomic load and a waker's re-registration.
-    let closing = until_closing(&mut connection);
+    // Outside tokio's task budget: looked at once with no waker before a turn's responses
+    // are queued, a budget spent by the turn would make it say "not yet" whatever it is.
+    let closing = tokio::task::unconstrained(until_closing(&mut connection));
     tokio::pin!(closing);
     let left = out.closed();
     tokio::pin!(left);

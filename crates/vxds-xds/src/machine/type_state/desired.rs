@@ -86,8 +86,12 @@ impl TypeState {
         // new version of what was there), the rest is removed below. The same outcome as
         // removing them all first, without a removal and an insertion per item.
         previous.retain(|key| self.desired.contains_key(key));
-        for members in self.glob_members.values_mut() {
-            members.remove(normal);
+        // Looked through only when there are globs: a mutable borrow marks the map for
+        // freeing (`touched`).
+        if !self.glob_members.is_empty() {
+            for members in self.glob_members.values_mut() {
+                members.remove(normal);
+            }
         }
         let mut found: SmallVec<[(ItemKey, Item); 2]> = SmallVec::new();
         let mut missing: SmallVec<[Missing; 1]> = SmallVec::new();
@@ -215,7 +219,9 @@ impl TypeState {
         if !others.is_empty() {
             self.by_normal.insert(normal.to_owned(), others);
         }
-        self.missing.extend(missing);
+        if !missing.is_empty() {
+            self.missing.extend(missing);
+        }
         if !self.reported_names.is_empty() {
             self.adopt_reported(normal, resource.as_ref());
         }
