@@ -29,6 +29,15 @@ fn start_runtime_envoy(
     (spawn_envoy(dir, name, &bootstrap), admin_port)
 }
 
+/// Whether the vxds at `admin` has a stream of `node`.
+async fn serves_node(client: &reqwest::Client, admin: &str, node: &str) -> bool {
+    let Ok(response) = client.get(format!("{admin}/v1/clients")).send().await else {
+        return false;
+    };
+    let clients: Value = response.json().await.unwrap_or_default();
+    (clients["clients"].as_array().into_iter().flatten()).any(|c| c["node_id"] == node)
+}
+
 /// `vxds.flag` as Envoy's admin `/runtime` shows it; `None` while Envoy does not answer.
 async fn runtime_flag(client: &reqwest::Client, admin_port: u16) -> Option<String> {
     let response = client
@@ -218,8 +227,9 @@ async fn ttl_resources_live_through_refusals_and_restarts(ads: Ads, mux: Mux) {
     let mut vxds = Some(vxds);
     let start = Instant::now();
     let mut restarted = false;
-    // While the old process is dead and the new one starting and reconnected, vxds is not up:
-    // a TTL (2 s) may run out there on a loaded machine; Envoy gets it back at reconnect.
+    // While the old process is dead and the new one starting, and until Envoy reconnects
+    // (its own jittered backoff: seconds on a loaded machine), vxds is not up for it: a TTL
+    // (2 s) may run out there; Envoy gets it back at reconnect, within a second of it.
     let mut down_until: Option<Instant> = None;
     while start.elapsed() < Duration::from_secs(20) {
         if down_until.is_some_and(|t| Instant::now() < t) {
@@ -236,7 +246,13 @@ async fn ttl_resources_live_through_refusals_and_restarts(ads: Ads, mux: Mux) {
                     .unwrap(),
             );
             restarted = true;
-            down_until = Some(Instant::now() + Duration::from_secs(3));
+            let again = &vxds.as_ref().unwrap().admin_url;
+            let deadline = Instant::now() + WAIT;
+            while !serves_node(&client, again, "envoy-ttl").await {
+                assert!(Instant::now() < deadline, "Envoy never reconnected");
+                tokio::time::sleep(Duration::from_millis(50)).await;
+            }
+            down_until = Some(Instant::now() + Duration::from_secs(1));
             continue;
         }
         assert_eq!(
