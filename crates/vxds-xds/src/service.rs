@@ -548,9 +548,7 @@ async fn run_stream<Req, Resp>(
     // on every stream for every ACK. The one-shot ones (the connection closing, the client
     // leaving) end the task. Marks and heartbeats wake it through `registration.wake`,
     // whose poll is an atomic load and a waker's re-registration.
-    // Outside tokio's task budget: looked at once with no waker before a turn's responses
-    // are queued, a budget spent by the turn would make it say "not yet" whatever it is.
-    let closing = tokio::task::unconstrained(until_closing(&mut connection));
+    let closing = until_closing(&mut connection);
     tokio::pin!(closing);
     let left = out.closed();
     tokio::pin!(left);
@@ -667,21 +665,6 @@ async fn run_stream<Req, Resp>(
                 Vec::new()
             }
         };
-        // The connection closing while this turn computed (a revoked certificate): nothing
-        // more is queued; `try_send` below would not look.
-        let closed = if responses.is_empty() {
-            None
-        } else {
-            let mut cx = Context::from_waker(std::task::Waker::noop());
-            match closing.as_mut().poll(&mut cx) {
-                Poll::Ready(reason) => Some(reason),
-                Poll::Pending => None,
-            }
-        };
-        if let Some(reason) = closed {
-            end_closing(&out, reason).await;
-            break;
-        }
         for response in responses {
             let counted = counters
                 .get(&shared.metrics, PerType::Responses, response.type_url())
@@ -689,18 +672,13 @@ async fn run_stream<Req, Resp>(
             let Some(response) = unwrap(response) else {
                 continue;
             };
-            // Nearly always there is room: queued without making and polling a send's future.
-            let sent = match out.try_send(Box::new(Ok(response))) {
-                Ok(()) => true,
-                Err(mpsc::error::TrySendError::Closed(_)) => false,
-                Err(mpsc::error::TrySendError::Full(queued)) => tokio::select! {
-                    biased;
-                    reason = &mut closing => {
-                        end_closing(&out, reason).await;
-                        return;
-                    }
-                    sent = out.send(queued) => sent.is_ok(),
-                },
+            let sent = tokio::select! {
+                biased;
+                reason = &mut closing => {
+                    end_closing(&out, reason).await;
+                    return;
+                }
+                sent = out.send(Box::new(Ok(response))) => sent.is_ok(),
             };
             if !sent {
                 debug!(stream = id, "the client left mid-push");
