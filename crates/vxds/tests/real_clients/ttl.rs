@@ -31,7 +31,8 @@ fn start_runtime_envoy(
 
 /// Whether the vxds at `admin` has a stream of `node`.
 async fn serves_node(client: &reqwest::Client, admin: &str, node: &str) -> bool {
-    let Ok(response) = client.get(format!("{admin}/v1/clients")).send().await else {
+    let request = client.get(format!("{admin}/v1/clients"));
+    let Ok(response) = request.timeout(Duration::from_secs(2)).send().await else {
         return false;
     };
     let clients: Value = response.json().await.unwrap_or_default();
@@ -231,7 +232,9 @@ async fn ttl_resources_live_through_refusals_and_restarts(ads: Ads, mux: Mux) {
     // (its own jittered backoff: seconds on a loaded machine), vxds is not up for it: a TTL
     // (2 s) may run out there; Envoy gets it back at reconnect, within a second of it.
     let mut down_until: Option<Instant> = None;
-    while start.elapsed() < Duration::from_secs(20) {
+    // At least 8 s (four TTLs) are checked after Envoy reconnects, however late it does.
+    let mut end = start + Duration::from_secs(20);
+    while Instant::now() < end {
         if down_until.is_some_and(|t| Instant::now() < t) {
             tokio::time::sleep(Duration::from_millis(100)).await;
             continue;
@@ -248,11 +251,19 @@ async fn ttl_resources_live_through_refusals_and_restarts(ads: Ads, mux: Mux) {
             restarted = true;
             let again = &vxds.as_ref().unwrap().admin_url;
             let deadline = Instant::now() + WAIT;
-            while !serves_node(&client, again, "envoy-ttl").await {
-                assert!(Instant::now() < deadline, "Envoy never reconnected");
-                tokio::time::sleep(Duration::from_millis(50)).await;
+            let nodes: &[&str] = if glob.is_some() {
+                &["envoy-ttl", "envoy-glob"]
+            } else {
+                &["envoy-ttl"]
+            };
+            for node in nodes {
+                while !serves_node(&client, again, node).await {
+                    assert!(Instant::now() < deadline, "{node} never reconnected");
+                    tokio::time::sleep(Duration::from_millis(50)).await;
+                }
             }
             down_until = Some(Instant::now() + Duration::from_secs(1));
+            end = end.max(Instant::now() + Duration::from_secs(8));
             continue;
         }
         assert_eq!(
