@@ -429,7 +429,8 @@ impl TypeState {
 
     /// Frees the bookkeeping that emptied: an emptied B-tree keeps its first node (up to
     /// 700 bytes), and an idle stream would keep several, all empty. Called by every poll
-    /// that sends nothing (each drop costs, even of a map that holds no node).
+    /// that sends nothing; only the collections changed since the last call are looked at
+    /// (`touched`: replacing one costs a drop, even of a map that holds no node).
     pub fn free_emptied(&mut self) {
         fn by_seq<T>(entries: &mut BySeq<T>) {
             if entries.is_empty() && entries.spilled() {

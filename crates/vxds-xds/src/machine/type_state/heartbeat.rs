@@ -184,7 +184,7 @@ impl TypeState {
         for key in sent {
             self.renewed.insert(key, beat.now);
         }
-        let version: Arc<str> = Arc::from(version.as_str());
+        let version: Arc<str> = Arc::from(version);
         let nonce = self.sotw_outstanding(seq, &version);
         self.mark_heartbeat(&nonce, Vec::new());
         Some(SotwResponse {
