@@ -709,7 +709,9 @@ impl StreamMachine {
             let seq = self.nonce + 1;
             let wrap_all = self.wrap_all;
             let response = match self.protocol {
-                Protocol::Sotw => ty.sotw_make(seq, wrap_all, &settled).map(Response::Sotw),
+                Protocol::Sotw => ty
+                    .sotw_make(seq, snapshot.revision, wrap_all, &settled)
+                    .map(Response::Sotw),
                 Protocol::Delta => ty.delta_make(seq, &system_version).map(Response::Delta),
             };
             if let Some(response) = response {
@@ -727,7 +729,9 @@ impl StreamMachine {
             let seq = self.nonce + 1;
             let wrap_all = self.wrap_all;
             let response = match self.protocol {
-                Protocol::Sotw => ty.sotw_break(seq, wrap_all, &settled).map(Response::Sotw),
+                Protocol::Sotw => ty
+                    .sotw_break(seq, snapshot.revision, wrap_all, &settled)
+                    .map(Response::Sotw),
                 Protocol::Delta => ty
                     .delta_break(seq, &system_version, &settled)
                     .map(Response::Delta),

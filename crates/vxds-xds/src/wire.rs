@@ -198,16 +198,98 @@ impl SotwEntry {
             SotwEntry::Wrapped(w) => w.any_len(),
         }
     }
+
+    /// As `DiscoveryResponse.resources` (field 2).
+    fn encode_field(&self, buf: &mut impl BufMut) {
+        put_delimited_header(2, self.encoded_len(), buf);
+        match self {
+            SotwEntry::Bare(body) => buf.put_slice(body),
+            SotwEntry::Wrapped(w) => w.encode_any(buf),
+        }
+    }
 }
 
 /// A `DiscoveryResponse`.
 #[derive(Clone, Debug, Default, PartialEq, Eq)]
 pub struct SotwResponse {
     pub version_info: Arc<str>,
-    pub resources: Vec<SotwEntry>,
+    pub resources: SotwResources,
     pub type_url: Arc<str>,
     pub nonce: String,
 }
+
+/// A SotW response's resources, shared by reference: at fan-out every stream of a type that
+/// resolves alike sends the same ones, and those built for many streams are encoded once
+/// ([`SotwResources::encoded`]) and copied whole into each response, not entry by entry.
+#[derive(Clone, Debug, Default)]
+pub struct SotwResources(Arc<EntriesAndEncoding>);
+
+#[derive(Debug, Default)]
+struct EntriesAndEncoding {
+    entries: Vec<SotwEntry>,
+    /// The entries as `DiscoveryResponse.resources` fields, one after the other.
+    encoded: Option<Bytes>,
+}
+
+impl SotwResources {
+    /// Entries encoded now, once, for many responses. A response of its own is better
+    /// built with `from` (encoded straight into the stream's buffer, never held twice).
+    pub fn encoded(entries: Vec<SotwEntry>) -> Self {
+        let len = entries
+            .iter()
+            .map(|e| delimited_len(2, e.encoded_len()))
+            .sum();
+        let mut encoded = bytes::BytesMut::with_capacity(len);
+        for entry in &entries {
+            entry.encode_field(&mut encoded);
+        }
+        Self(Arc::new(EntriesAndEncoding {
+            entries,
+            encoded: Some(encoded.freeze()),
+        }))
+    }
+
+    fn encode_fields(&self, buf: &mut impl BufMut) {
+        match &self.0.encoded {
+            Some(encoded) => buf.put_slice(encoded),
+            None => self.0.entries.iter().for_each(|e| e.encode_field(buf)),
+        }
+    }
+
+    fn fields_len(&self) -> usize {
+        match &self.0.encoded {
+            Some(encoded) => encoded.len(),
+            None => (self.0.entries.iter())
+                .map(|e| delimited_len(2, e.encoded_len()))
+                .sum(),
+        }
+    }
+}
+
+impl From<Vec<SotwEntry>> for SotwResources {
+    fn from(entries: Vec<SotwEntry>) -> Self {
+        Self(Arc::new(EntriesAndEncoding {
+            entries,
+            encoded: None,
+        }))
+    }
+}
+
+impl std::ops::Deref for SotwResources {
+    type Target = [SotwEntry];
+
+    fn deref(&self) -> &[SotwEntry] {
+        &self.0.entries
+    }
+}
+
+impl PartialEq for SotwResources {
+    fn eq(&self, other: &Self) -> bool {
+        self.0.entries == other.0.entries
+    }
+}
+
+impl Eq for SotwResources {}
 
 /// A removed variant: `ResourceName { name, dynamic_parameter_constraints }`.
 #[derive(Clone, Debug, PartialEq, Eq)]
@@ -240,13 +322,7 @@ pub struct DeltaResponse {
 impl Message for SotwResponse {
     fn encode_raw(&self, buf: &mut impl BufMut) {
         put_string(1, &self.version_info, buf);
-        for entry in &self.resources {
-            put_delimited_header(2, entry.encoded_len(), buf);
-            match entry {
-                SotwEntry::Bare(body) => buf.put_slice(body),
-                SotwEntry::Wrapped(w) => w.encode_any(buf),
-            }
-        }
+        self.resources.encode_fields(buf);
         put_string(4, &self.type_url, buf);
         put_string(5, &self.nonce, buf);
     }
@@ -264,11 +340,7 @@ impl Message for SotwResponse {
 
     fn encoded_len(&self) -> usize {
         string_len(1, &self.version_info)
-            + self
-                .resources
-                .iter()
-                .map(|e| delimited_len(2, e.encoded_len()))
-                .sum::<usize>()
+            + self.resources.fields_len()
             + string_len(4, &self.type_url)
             + string_len(5, &self.nonce)
     }
@@ -489,10 +561,19 @@ mod tests {
                     body: Some(body("c")),
                     ttl: None,
                 }),
-            ],
+            ]
+            .into(),
         };
         let bytes = response.encode_to_vec();
         assert_eq!(bytes.len(), response.encoded_len());
+        // Encoded once for many responses: the same bytes.
+        let shared = SotwResponse {
+            resources: SotwResources::encoded(response.resources.to_vec()),
+            ..response.clone()
+        };
+        assert_eq!(shared, response);
+        assert_eq!(shared.encoded_len(), response.encoded_len());
+        assert_eq!(shared.encode_to_vec(), bytes);
         let decoded = DiscoveryResponse::decode(bytes.as_slice()).unwrap();
         assert_eq!(
             (decoded.version_info.as_str(), decoded.nonce.as_str()),

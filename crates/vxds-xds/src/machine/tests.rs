@@ -612,6 +612,125 @@ fn sotw_wraps_for_locators_and_for_clients_that_ask() {
     assert_eq!(route_tag(&r.resource.unwrap().value), "prod");
 }
 
+/// SotW streams whose responses carry the same items share one state and its encoding (issue
+/// 24), and what each holds and accepted still follows its own answers: here when a variant
+/// swap changes the second key of a state as long as the last.
+#[test]
+fn sotw_streams_that_resolve_alike_share_one_state() {
+    let mut world = World::new();
+    env_routes(&mut world);
+    world.apply(json!([put("route", "api", &[("*", route("api", "all"))])]));
+    let request = |nonce: &str, version: &str| {
+        let mut request = sotw_request(ROUTE, &[], nonce, version);
+        request.resource_locators = ["api", "web"]
+            .map(|name| ResourceLocator {
+                name: name.into(),
+                dynamic_parameters: [("env", "prod"), ("version", "v1")]
+                    .map(|(k, v)| (k.to_owned(), v.to_owned()))
+                    .into(),
+            })
+            .into();
+        request
+    };
+    let held = |m: &StreamMachine| -> Vec<(String, Option<String>)> {
+        let status = m.status();
+        let status = status.lock().unwrap();
+        (status.types[0].resources.iter())
+            .map(|r| {
+                (
+                    r.name.to_string(),
+                    r.constraints.as_ref().map(|c| c.to_string()),
+                )
+            })
+            .collect()
+    };
+    let accepted = |m: &StreamMachine| -> Vec<String> {
+        (m.types[ROUTE].accepted_items())
+            .map(|item| {
+                route_tag(
+                    &prost_types::Any::decode(item.variant().body.clone())
+                        .unwrap()
+                        .value,
+                )
+            })
+            .collect()
+    };
+    let sotw_of = |response: &Response| match response {
+        Response::Sotw(r) => r.clone(),
+        Response::Delta(_) => panic!("expected SotW"),
+    };
+    let mut machines = [sotw_machine(), sotw_machine()];
+    let mut sent = Vec::new();
+    for m in &mut machines {
+        m.on_sotw_request(request("", "")).unwrap();
+        let responses = m.poll(&world.snapshot);
+        assert_eq!(responses.len(), 1);
+        sent.push(sotw_of(&responses[0]));
+    }
+    assert_eq!(sent[0], sent[1]);
+    assert!(std::ptr::eq(
+        sent[0].resources.as_ptr(),
+        sent[1].resources.as_ptr()
+    ));
+    for (m, r) in machines.iter_mut().zip(&sent) {
+        m.on_sotw_request(request(&r.nonce, &r.version_info))
+            .unwrap();
+        assert_eq!(accepted(m), ["all", "prod"]);
+    }
+
+    // web's env=prod variant splits by version: another key in the second place.
+    let changed = split_prod_by_version(&mut world);
+    let mut swapped = Vec::new();
+    for m in &mut machines {
+        m.on_changes(&changed);
+        let responses = m.poll(&world.snapshot);
+        assert_eq!(responses.len(), 1, "the swap goes in one response");
+        swapped.push(sotw_of(&responses[0]));
+        let decoded = sotw(&responses[0]);
+        let tags: Vec<String> = (decoded.resources.iter())
+            .map(|any| {
+                route_tag(
+                    &Resource::decode(any.value.as_slice())
+                        .unwrap()
+                        .resource
+                        .unwrap()
+                        .value,
+                )
+            })
+            .collect();
+        assert_eq!(tags, ["all", "prod-v1"]);
+        assert_eq!(
+            held(m),
+            [
+                ("api".to_owned(), None),
+                (
+                    "web".to_owned(),
+                    Some(r#"env = "prod" && version = "v1""#.to_owned())
+                )
+            ]
+        );
+        // Not accepted before the client says so.
+        assert_eq!(accepted(m), ["all", "prod"]);
+    }
+    assert!(std::ptr::eq(
+        swapped[0].resources.as_ptr(),
+        swapped[1].resources.as_ptr()
+    ));
+    // One accepts, the other refuses: each keeps its own.
+    let [first, second] = &mut machines;
+    first
+        .on_sotw_request(request(&swapped[0].nonce, &swapped[0].version_info))
+        .unwrap();
+    assert_eq!(accepted(first), ["all", "prod-v1"]);
+    let mut refusal = request(&swapped[1].nonce, &sent[1].version_info);
+    refusal.error_detail = Some(RpcStatus {
+        message: "no".into(),
+        ..Default::default()
+    });
+    second.on_sotw_request(refusal).unwrap();
+    assert_eq!(accepted(second), ["all", "prod"]);
+}
+
 #[test]
 fn sotw_clients_matching_no_variant_see_the_resource_as_absent() {
     let mut world = World::new();

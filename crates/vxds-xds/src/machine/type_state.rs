@@ -3,6 +3,7 @@
 //! - `desired`: what it should have, from a snapshot;
 //! - `accepted`: what it holds — what it acknowledged (held = accepted);
 //! - `respond`: the responses that close the gap, and the client's answers;
+//! - `sotw_state`: a SotW response's whole state, shared by the streams that send the same;
 //! - `heartbeat`: the renewal of the TTLs of what it accepted;
 //! - `lists`: list collections built per subscriber.
 //!
@@ -18,6 +19,7 @@ mod desired;
 pub(crate) mod heartbeat;
 mod lists;
 mod respond;
+mod sotw_state;
 mod subscriptions;
 mod touched;
 

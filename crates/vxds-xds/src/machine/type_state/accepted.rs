@@ -12,6 +12,7 @@
 use std::collections::btree_map::Entry;
 use std::time::Duration;
 
+use super::sotw_state::SotwState;
 use super::*;
 
 /// What the client accepted, by key, with the TTL'd items also in TTL order: the stream's
@@ -79,36 +80,38 @@ impl Accepted {
     /// it), changed in place: a SotW ACK usually changes one item of many, and rebuilding
     /// the tree cost every stream an allocation per item per revision. Whether some key
     /// left.
-    pub(crate) fn become_state(&mut self, state: Vec<(ItemKey, Item)>) -> bool {
-        // Usually the same keys as before: the values are replaced in place, without a
-        // search by key; only a changed TTL touches `timed`.
-        if self.items.len() == state.len()
-            && self
-                .items
-                .keys()
-                .zip(&state)
-                .all(|(held, (key, _))| held.same(key))
-        {
-            let mut retimed = Vec::new();
-            for ((key, held), (_, item)) in self.items.iter_mut().zip(state) {
+    pub(crate) fn become_state(&mut self, state: &[(ItemKey, Item)]) -> bool {
+        // Usually the same keys as before: the values are replaced in place, in one walk
+        // without a search by key; only a changed TTL touches `timed`. A key that differs
+        // ends the walk, and the rest goes by key.
+        let mut in_step = self.items.len() == state.len();
+        let mut retimed = Vec::new();
+        if in_step {
+            for ((key, held), (new_key, item)) in self.items.iter_mut().zip(state) {
+                if !key.same(new_key) {
+                    in_step = false;
+                    break;
+                }
                 // The same variant: nothing to replace (a revision changes one item of many).
-                if held.same(&item) {
+                if held.same(item) {
                     continue;
                 }
                 let (before, after) = (held.ttl(), item.ttl());
                 if before != after {
                     retimed.push((key.clone(), before, after));
                 }
-                *held = item;
+                *held = item.clone();
             }
-            for (key, before, after) in retimed {
-                if let Some(before) = before {
-                    self.timed.remove(&(before, key.clone()));
-                }
-                if let Some(after) = after {
-                    self.timed.insert((after, key));
-                }
+        }
+        for (key, before, after) in retimed {
+            if let Some(before) = before {
+                self.timed.remove(&(before, key.clone()));
             }
+            if let Some(after) = after {
+                self.timed.insert((after, key));
+            }
+        }
+        if in_step {
             return false;
         }
         let gone: Vec<ItemKey> = self
@@ -121,7 +124,7 @@ impl Accepted {
             self.remove(key);
         }
         for (key, item) in state {
-            self.insert(key, item);
+            self.insert(key.clone(), item.clone());
         }
         !gone.is_empty()
     }
@@ -156,8 +159,9 @@ impl<'a> IntoIterator for &'a Accepted {
 pub(crate) enum Carried {
     /// Delta: items added or updated (`Some`) and removed (`None`).
     Changes(Vec<(ItemKey, Option<Item>)>),
-    /// SotW: the whole state of the type, and the response's version.
-    State(Vec<(ItemKey, Item)>, Arc<str>),
+    /// SotW: the whole state of the type, with the response's version (shared with every
+    /// stream whose response carried the same).
+    State(Arc<SotwState>),
 }
 
 impl TypeState {
@@ -199,13 +203,14 @@ impl TypeState {
                         }
                     }
                 }
-                Carried::State(state, version) => {
-                    removed |= self.accepted.become_state(state);
+                Carried::State(state) => {
+                    removed |= self.accepted.become_state(state.items());
                     // Rewritten in place: once per ACK on every SotW stream.
+                    let version = state.version();
                     match &mut self.accepted_version {
                         Some(accepted) => {
                             accepted.clear();
-                            accepted.push_str(&version);
+                            accepted.push_str(version);
                         }
                         None => self.accepted_version = Some(version.to_string()),
                     }
@@ -268,7 +273,7 @@ impl TypeState {
             .iter()
             .flat_map(|(_, carried)| match carried {
                 Carried::Changes(changes) => changes.iter().map(|(k, _)| k).collect::<Vec<_>>(),
-                Carried::State(state, _) => state.iter().map(|(k, _)| k).collect(),
+                Carried::State(state) => state.items().iter().map(|(k, _)| k).collect(),
             })
             .collect()
     }
@@ -316,7 +321,7 @@ impl TypeState {
             .rev()
             .find(|(_, carried)| match carried {
                 Carried::Changes(changes) => changes.iter().any(|(k, _)| matches(k)),
-                Carried::State(state, _) => state.iter().any(|(k, _)| matches(k)),
+                Carried::State(state) => state.items().iter().any(|(k, _)| matches(k)),
             })
             .map(|(seq, _)| *seq)
     }

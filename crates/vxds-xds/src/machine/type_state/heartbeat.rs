@@ -24,10 +24,10 @@
 
 use std::time::{Duration, Instant};
 
-use super::respond::sotw_entry;
+use super::sotw_state::sotw_entry;
 use super::*;
 use crate::types::{ENDPOINT, ROUTE, VIRTUAL_HOST};
-use crate::wire::{DeltaResponse, SotwResponse};
+use crate::wire::{DeltaResponse, SotwEntry, SotwResponse};
 
 /// A type with this many responses unanswered gets no heartbeats: the client is behind (or
 /// gone), and heartbeats would only queue behind the rest.
@@ -163,7 +163,7 @@ impl TypeState {
         }
         // Only EDS and RDS take a partial response without removing or refusing anything.
         let complete = *self.type_url != *ENDPOINT && *self.type_url != *ROUTE;
-        let resources: Vec<_> = self
+        let resources: Vec<SotwEntry> = self
             .accepted
             .iter()
             .filter(|(key, item)| {
@@ -189,7 +189,7 @@ impl TypeState {
         self.mark_heartbeat(&nonce, Vec::new());
         Some(SotwResponse {
             version_info: version,
-            resources,
+            resources: resources.into(),
             type_url: self.type_url.clone(),
             nonce,
         })

@@ -6,11 +6,10 @@
 use std::collections::BTreeSet;
 use std::sync::Arc;
 
-use vxds_envoy::resource::content_hash;
-
 use super::accepted::Carried;
+use super::sotw_state::{SotwState, shared_state};
 use super::*;
-use crate::wire::{DeltaResponse, Naming, RemovedName, SotwEntry, SotwResponse};
+use crate::wire::{DeltaResponse, Naming, RemovedName, SotwResponse};
 
 impl TypeState {
     // ---- closing the gap -----------------------------------------------------------------
@@ -111,6 +110,19 @@ impl TypeState {
             .filter(|k| self.sent.contains_key(*k) && !self.desired.contains_key(*k))
     }
 
+    /// What is dirty and neither to send nor to remove needs no attention any more (desired
+    /// looked up first: nearly everything dirty was just sent, one search each). Usually
+    /// nothing is left: the set is cleared without a walk that rebuilds it.
+    fn keep_only_pending_removals_dirty(&mut self) {
+        let pending = |k: &ItemKey| !self.desired.contains_key(k) && self.sent.contains_key(k);
+        if self.dirty.iter().any(pending) {
+            self.dirty
+                .retain(|k| !self.desired.contains_key(k) && self.sent.contains_key(k));
+        } else {
+            self.dirty.clear();
+        }
+    }
+
     fn eligible_removals<'s>(&'s self, settled: &'s Settled) -> impl Iterator<Item = &'s ItemKey> {
         self.pending_removals()
             .filter(move |k| self.removal_eligible(k, settled))
@@ -189,6 +201,7 @@ impl TypeState {
     pub fn sotw_make(
         &mut self,
         seq: u64,
+        revision: u64,
         wrap_all: bool,
         settled: &Settled,
     ) -> Option<SotwResponse> {
@@ -197,55 +210,32 @@ impl TypeState {
             return None;
         }
         let keep = self.sotw_kept(settled);
-        self.sotw_respond(seq, wrap_all, keep)
+        self.sotw_respond(seq, revision, wrap_all, keep)
     }
 
     /// SotW, break phase: the full state without the removals that are eligible.
     pub fn sotw_break(
         &mut self,
         seq: u64,
+        revision: u64,
         wrap_all: bool,
         settled: &Settled,
     ) -> Option<SotwResponse> {
         self.eligible_removals(settled).next()?;
         let keep = self.sotw_kept(settled);
-        self.sotw_respond(seq, wrap_all, keep)
+        self.sotw_respond(seq, revision, wrap_all, keep)
     }
 
     /// What the client has and should no longer have, but keeps for now: removals not yet
     /// eligible. A resource whose name the new state carries anyway (another variant of it)
     /// is replaced, not kept: SotW clients key by name, and a name twice is refused.
     fn sotw_kept(&self, settled: &Settled) -> Vec<(ItemKey, Sent)> {
-        // What was sent and is not desired: both in key order, walked in step (the same key
-        // is nearly always the same `Arc` on both sides) rather than searched for per item.
-        let mut desired = self.desired.keys().peekable();
-        let mut kept = Vec::new();
-        for (key, sent) in &self.sent {
-            let mut wanted = false;
-            while let Some(next) = desired.peek() {
-                if next.same(key) {
-                    wanted = true;
-                    desired.next();
-                    break;
-                }
-                match (*next).cmp(key) {
-                    std::cmp::Ordering::Less => {
-                        desired.next();
-                    }
-                    std::cmp::Ordering::Equal => {
-                        wanted = true;
-                        desired.next();
-                        break;
-                    }
-                    std::cmp::Ordering::Greater => break,
-                }
-            }
-            if wanted || self.removal_eligible(key, settled) || self.desires_name(key.name()) {
-                continue;
-            }
-            kept.push((key.clone(), sent.clone()));
-        }
-        kept
+        // What was sent and is not desired is among the dirty items (a pending removal stays
+        // dirty until it goes), so only they are looked at, not everything the client holds.
+        self.pending_removals()
+            .filter(|key| !self.removal_eligible(key, settled) && !self.desires_name(key.name()))
+            .filter_map(|key| Some((key.clone(), self.sent.get(key)?.clone())))
+            .collect()
     }
 
     /// Whether the client holds the variant it was sent for the locator `(name, params)`.
@@ -266,60 +256,53 @@ impl TypeState {
     fn sotw_respond(
         &mut self,
         seq: u64,
+        revision: u64,
         wrap_all: bool,
         keep: Vec<(ItemKey, Sent)>,
     ) -> Option<SotwResponse> {
-        // The state in key order: the desired items merged with those kept for
-        // make-before-break (never desired, so no key is in both). A sorted `Vec`, not a
-        // B-tree: built on every SotW stream for every response.
-        let mut kept = keep
+        // What was kept and delivered: what the client reported but was never sent cannot
+        // be kept.
+        let kept: Vec<(ItemKey, Item)> = keep
             .into_iter()
-            // What the client reported but was never sent cannot be kept.
             .filter_map(|(key, sent)| match sent {
                 Sent::Delivered(item) => Some((key, item)),
                 Sent::Reported(_) => None,
             })
-            .peekable();
-        let mut state: Vec<(ItemKey, Item)> = Vec::with_capacity(self.desired.len());
-        if kept.peek().is_none() {
-            // Nothing kept for make-before-break (the usual state): the desired items.
-            state.extend(self.desired.iter().map(|(k, i)| (k.clone(), i.clone())));
+            .collect();
+        let state = if kept.is_empty() {
+            // Nothing kept for make-before-break (the usual state): the desired items, as
+            // every stream of the type that resolves alike sends them.
+            shared_state(&self.type_url, revision, self.desired.iter())
         } else {
+            // The desired items merged with those kept (never desired, so no key is in
+            // both), in key order.
+            let mut kept = kept.into_iter().peekable();
+            let mut items = Vec::with_capacity(self.desired.len() + kept.len());
             for (key, item) in &self.desired {
-                while let Some((k, i)) = kept.next_if(|(k, _)| k < key) {
-                    state.push((k, i));
+                while let Some(held) = kept.next_if(|(k, _)| k < key) {
+                    items.push(held);
                 }
-                state.push((key.clone(), item.clone()));
+                items.push((key.clone(), item.clone()));
             }
-        }
-        state.extend(kept);
-
-        let labelled: Vec<(&ItemKey, &Arc<str>)> =
-            state.iter().map(|(k, item)| (k, item.version())).collect();
-        let version = shared_sotw_version(&self.type_url, &labelled);
-        drop(labelled);
+            items.extend(kept);
+            Arc::new(SotwState::new(&self.type_url, items))
+        };
+        let version = state.version().clone();
         let force = std::mem::take(&mut self.force_send);
         let repeat = self.last_version.as_deref() == Some(&*version);
         let refused = self.nacked_version.as_deref() == Some(&*version);
-        // What is neither to send nor to remove needs no attention (desired looked up first:
-        // nearly everything dirty was just sent, one search each).
         if !force && (repeat || refused) {
-            self.dirty
-                .retain(|k| !self.desired.contains_key(k) && self.sent.contains_key(k));
+            self.keep_only_pending_removals_dirty();
             return None;
         }
-        self.sent_becomes(&state);
-        self.dirty
-            .retain(|k| !self.desired.contains_key(k) && self.sent.contains_key(k));
+        self.sent_becomes(state.items());
+        self.keep_only_pending_removals_dirty();
         self.last_version = Some(version.clone());
         let nonce = self.sotw_outstanding(seq, &version);
-        let resources = state
-            .iter()
-            .map(|(key, item)| sotw_entry(key, item, wrap_all))
-            .collect();
-        self.carry(seq, Carried::State(state, version.clone()));
+        let resources = state.resources(wrap_all);
+        self.carry(seq, Carried::State(state));
         Some(SotwResponse {
-            version_info: version.clone(),
+            version_info: version,
             resources,
             type_url: self.type_url.clone(),
             nonce,
@@ -330,27 +313,29 @@ impl TypeState {
     /// response usually changes one item of many, and the status follows change by change.
     fn sent_becomes(&mut self, state: &[(ItemKey, Item)]) {
         // Usually the same keys as before (a revision changes versions, not names): the
-        // values are replaced in place, without a search by key.
-        if self.sent.len() == state.len()
-            && self
-                .sent
-                .keys()
-                .zip(state)
-                .all(|(held, (key, _))| held.same(key))
-        {
-            let mut changed = Vec::new();
-            for ((key, sent), (_, item)) in self.sent.iter_mut().zip(state) {
+        // values are replaced in place, in one walk without a search by key. A key that
+        // differs ends the walk, and the rest goes by key.
+        let mut in_step = self.sent.len() == state.len();
+        let mut changed = Vec::new();
+        if in_step {
+            for ((key, sent), (new_key, item)) in self.sent.iter_mut().zip(state) {
+                if !key.same(new_key) {
+                    in_step = false;
+                    break;
+                }
                 if !matches!(&*sent, Sent::Delivered(held) if held.same(item)) {
                     *sent = Sent::Delivered(item.clone());
                     changed.push((key.clone(), sent.clone()));
                 }
             }
-            for (key, sent) in changed {
-                if let Sent::Delivered(item) = &sent {
-                    self.note_referencing(&key, item);
-                }
-                self.log_held(&key, Some(sent));
+        }
+        for (key, sent) in changed {
+            if let Sent::Delivered(item) = &sent {
+                self.note_referencing(&key, item);
             }
+            self.log_held(&key, Some(sent));
+        }
+        if in_step {
             return;
         }
         let gone: Vec<ItemKey> = self
@@ -415,10 +400,7 @@ impl TypeState {
                 constraints: sent.and_then(|s| s.constraints()),
             });
         }
-        // Whatever is neither to send nor to remove needs no attention (desired looked up
-        // first: nearly everything dirty was just sent, one search each).
-        self.dirty
-            .retain(|k| !self.desired.contains_key(k) && self.sent.contains_key(k));
+        self.keep_only_pending_removals_dirty();
 
         // Tell the client what does not exist, so that it does not wait for it. What it has is
         // a removal instead, for the break phase.
@@ -640,176 +622,6 @@ pub(crate) fn nonce_seq(nonce: &str) -> Option<u64> {
     canonical.then(|| nonce.parse().ok()).flatten()
 }
 
-/// A SotW response's version: a hash of the type and of each entry's key and version (the
-/// label `{key:?}={version}`). Computed by every SotW stream for every response: the labels are
-/// written into one buffer, and a plain name's label without the formatting machinery.
-fn sotw_version<'a>(
-    type_url: &str,
-    entries: impl Iterator<Item = (&'a ItemKey, &'a Arc<str>)>,
-) -> String {
-    use std::fmt::Write;
-    let mut labels = String::new();
-    let mut ends = Vec::new();
-    for (key, version) in entries {
-        match key {
-            // `{key:?}` spelled out: the same bytes when nothing in the name needs escaping.
-            ItemKey::Name(name) if !name.chars().any(|c| c.escape_debug().len() != 1) => {
-                labels.push_str("Name(\"");
-                labels.push_str(name);
-                labels.push_str("\")=");
-                labels.push_str(version);
-            }
-            _ => {
-                let _ = write!(labels, "{key:?}={version}");
-            }
-        }
-        ends.push(labels.len());
-    }
-    let mut parts: Vec<&[u8]> = Vec::with_capacity(ends.len() + 1);
-    parts.push(type_url.as_bytes());
-    let mut start = 0;
-    for end in ends {
-        parts.push(&labels.as_bytes()[start..end]);
-        start = end;
-    }
-    content_hash("vxds.sotw.v1", &parts)
-}
-
-/// A SotW version computed once, for every stream whose state is the same items: keys and
-/// versions are the index's shared `Arc`s, which the entry holds, so equal pointers are equal
-/// contents (a different pointer with equal contents only misses).
-struct MemoEntry {
-    type_url: String,
-    labels: Vec<(ItemKey, Arc<str>)>,
-    version: Arc<str>,
-}
-
-impl MemoEntry {
-    fn matches(&self, type_url: &str, labels: &[(&ItemKey, &Arc<str>)]) -> bool {
-        self.type_url == type_url
-            && self.labels.len() == labels.len()
-            && self
-                .labels
-                .iter()
-                .zip(labels)
-                .all(|((k, v), (key, version))| {
-                    Arc::ptr_eq(v, version)
-                        && match (k, key) {
-                            (ItemKey::Name(a), ItemKey::Name(b)) => Arc::ptr_eq(a, b),
-                            (ItemKey::Variant(a, x), ItemKey::Variant(b, y)) => {
-                                Arc::ptr_eq(a, b) && x == y
-                            }
-                            _ => false,
-                        }
-                })
-    }
-}
-
-/// Memoised SotW versions, by a hash of their labels' pointers. Bounded: emptied when full,
-/// and states larger than [`MEMO_MAX_LABELS`] are not kept.
-static SOTW_VERSIONS: std::sync::LazyLock<
-    std::sync::Mutex<
-        std::collections::HashMap<u64, MemoEntry, std::hash::BuildHasherDefault<Fingerprint>>,
-    >,
-> = std::sync::LazyLock::new(Default::default);
-
-/// The memo's hash of a state's labels (pointers and ids), a word at a time: every SotW stream
-/// computes one per response, and SipHash made it most of the memo's cost. Only a key: a
-/// collision is caught by [`MemoEntry::matches`]; the version itself is SHA-256.
-#[derive(Clone, Copy, Default)]
-struct Fingerprint(u64);
-
-impl std::hash::Hasher for Fingerprint {
-    fn finish(&self) -> u64 {
-        self.0
-    }
-
-    fn write(&mut self, bytes: &[u8]) {
-        let mut words = bytes.chunks_exact(8);
-        for word in &mut words {
-            self.write_u64(u64::from_le_bytes(word.try_into().unwrap_or_default()));
-        }
-        let mut tail = [0u8; 8];
-        tail[..words.remainder().len()].copy_from_slice(words.remainder());
-        self.write_u64(u64::from_le_bytes(tail) ^ (bytes.len() as u64) << 56);
-    }
-
-    fn write_u8(&mut self, n: u8) {
-        self.write_u64(u64::from(n));
-    }
-
-    fn write_u32(&mut self, n: u32) {
-        self.write_u64(u64::from(n));
-    }
-
-    fn write_usize(&mut self, n: usize) {
-        self.write_u64(n as u64);
-    }
-
-    fn write_u64(&mut self, n: u64) {
-        self.0 = (self.0.rotate_left(5) ^ n).wrapping_mul(0x51_7c_c1_b7_27_22_0a_95);
-    }
-}
-const MEMO_MAX_ENTRIES: usize = 4096;
-const MEMO_MAX_LABELS: usize = 1024;
-
-/// [`sotw_version`], computed once per distinct state across the streams: at fan-out every
-/// SotW stream of a type whose subscription resolves alike sends the same state, and the hash
-/// (with its labels) was the largest part of a SotW stream's cost per revision.
-fn shared_sotw_version(type_url: &str, labels: &[(&ItemKey, &Arc<str>)]) -> Arc<str> {
-    use std::hash::{Hash, Hasher};
-    if labels.len() > MEMO_MAX_LABELS {
-        return Arc::from(sotw_version(type_url, labels.iter().copied()));
-    }
-    let mut hasher = Fingerprint::default();
-    type_url.hash(&mut hasher);
-    for (key, version) in labels {
-        let (name, id) = match key {
-            ItemKey::Name(n) => (n, None),
-            ItemKey::Variant(n, id) => (n, Some(id)),
-        };
-        Arc::as_ptr(name).cast::<u8>().hash(&mut hasher);
-        id.hash(&mut hasher);
-        Arc::as_ptr(version).cast::<u8>().hash(&mut hasher);
-    }
-    let fingerprint = hasher.finish();
-    if let Ok(memo) = SOTW_VERSIONS.lock()
-        && let Some(entry) = memo.get(&fingerprint)
-        && entry.matches(type_url, labels)
-    {
-        return entry.version.clone();
-    }
-    let version: Arc<str> = Arc::from(sotw_version(type_url, labels.iter().copied()));
-    if let Ok(mut memo) = SOTW_VERSIONS.lock() {
-        if memo.len() >= MEMO_MAX_ENTRIES {
-            memo.clear();
-        }
-        memo.insert(
-            fingerprint,
-            MemoEntry {
-                type_url: type_url.to_owned(),
-                labels: labels
-                    .iter()
-                    .map(|(k, v)| ((*k).clone(), (*v).clone()))
-                    .collect(),
-                version: version.clone(),
-            },
-        );
-    }
-    version
-}
-
-/// A SotW entry: wrapped in `Resource` when named with constraints, when it carries a TTL,
-/// when it is a redirect (TP1: a `ResourceLocator` in a `Resource`), or when the client asks
-/// for every resource wrapped; bare otherwise.
-pub(super) fn sotw_entry(key: &ItemKey, item: &Item, wrap_all: bool) -> SotwEntry {
-    if item.constrained || wrap_all || item.ttl().is_some() || item.variant().redirect {
-        SotwEntry::Wrapped(item.wrapped(key.name()))
-    } else {
-        SotwEntry::Bare(item.variant().body.clone())
-    }
-}
-
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -835,57 +647,5 @@ mod tests {
         for seq in [1u64, 9, 10, 12345] {
             assert_eq!(nonce_seq(&seq.to_string()), Some(seq));
         }
-    }
-
-    /// The version is the hash of `{key:?}={version}` labels, however they are written.
-    #[test]
-    fn sotw_version_hashes_the_debug_labels() {
-        let keys = [
-            ItemKey::Name("c0".into()),
-            ItemKey::Name("xdstp://a/envoy.config.cluster.v3.Cluster/x?k=v".into()),
-            ItemKey::Name("quote\"tab\tend".into()),
-            ItemKey::Name("ünï".into()),
-            ItemKey::Variant("v".into(), vxds_core::ConstraintsId::MIN),
-        ];
-        let versions: Vec<Arc<str>> = (0..keys.len()).map(|i| format!("h{i}").into()).collect();
-        let labels: Vec<String> = keys
-            .iter()
-            .zip(&versions)
-            .map(|(k, v)| format!("{k:?}={v}"))
-            .collect();
-        let mut parts: Vec<&[u8]> = vec![b"t"];
-        parts.extend(labels.iter().map(|l| l.as_bytes()));
-        assert_eq!(
-            sotw_version("t", keys.iter().zip(&versions)),
-            content_hash("vxds.sotw.v1", &parts)
-        );
-        assert_ne!(
-            sotw_version("t", keys.iter().zip(&versions).take(4)),
-            content_hash("vxds.sotw.v1", &parts)
-        );
-        // Shared: the same answer from the memo, and for equal contents in other `Arc`s.
-        let labels: Vec<(&ItemKey, &Arc<str>)> = keys.iter().zip(&versions).collect();
-        let expected = content_hash("vxds.sotw.v1", &parts);
-        assert_eq!(&*shared_sotw_version("t", &labels), expected);
-        assert_eq!(&*shared_sotw_version("t", &labels), expected);
-        let copies: Vec<(ItemKey, Arc<str>)> = keys
-            .iter()
-            .zip(&versions)
-            .map(|(k, v)| {
-                let k = match k {
-                    ItemKey::Name(n) => ItemKey::Name(Arc::from(&**n)),
-                    ItemKey::Variant(n, id) => ItemKey::Variant(Arc::from(&**n), *id),
-                };
-                (k, Arc::from(&**v))
-            })
-            .collect();
-        let copied: Vec<(&ItemKey, &Arc<str>)> = copies.iter().map(|(k, v)| (k, v)).collect();
-        assert_eq!(&*shared_sotw_version("t", &copied), expected);
-        // Another version of one item: another hash, not the memo's.
-        let other: Arc<str> = "h9".into();
-        let mut changed = labels.clone();
-        changed[0].1 = &other;
-        assert_ne!(&*shared_sotw_version("t", &changed), expected);
-        assert_ne!(&*shared_sotw_version("u", &labels), expected);
     }
 }
