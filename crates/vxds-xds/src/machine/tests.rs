@@ -659,7 +659,7 @@ fn sotw_streams_that_resolve_alike_share_one_state() {
         Response::Sotw(r) => r.clone(),
         Response::Delta(_) => panic!("expected SotW"),
     };
-    let mut machines = [sotw_machine(), sotw_machine()];
+    let mut machines = [sotw_machine(), sotw_machine(), sotw_machine()];
     let mut sent = Vec::new();
     for m in &mut machines {
         m.on_sotw_request(request("", "")).unwrap();
@@ -667,10 +667,12 @@ fn sotw_streams_that_resolve_alike_share_one_state() {
         assert_eq!(responses.len(), 1);
         sent.push(sotw_of(&responses[0]));
     }
+    // The first response of a state is its stream's own; from the second on, it is shared.
     assert_eq!(sent[0], sent[1]);
+    assert_eq!(sent[1], sent[2]);
     assert!(std::ptr::eq(
-        sent[0].resources.as_ptr(),
-        sent[1].resources.as_ptr()
+        sent[1].resources.as_ptr(),
+        sent[2].resources.as_ptr()
     ));
     for (m, r) in machines.iter_mut().zip(&sent) {
         m.on_sotw_request(request(&r.nonce, &r.version_info))
@@ -713,11 +715,11 @@ fn sotw_streams_that_resolve_alike_share_one_state() {
         assert_eq!(accepted(m), ["all", "prod"]);
     }
     assert!(std::ptr::eq(
-        swapped[0].resources.as_ptr(),
-        swapped[1].resources.as_ptr()
+        swapped[1].resources.as_ptr(),
+        swapped[2].resources.as_ptr()
     ));
     // One accepts, the other refuses: each keeps its own.
-    let [first, second] = &mut machines;
+    let [first, second, _] = &mut machines;
     first
         .on_sotw_request(request(&swapped[0].nonce, &swapped[0].version_info))
         .unwrap();

@@ -380,17 +380,15 @@ impl TypeState {
         }
         // A variant replaced by another (TP2): the old one's removal goes in the same response
         // as the new one, so that the client swaps them atomically.
-        let replaced: BTreeSet<ItemKey> =
-            if (response.resources.iter()).any(|r| matches!(r.naming, Naming::Constrained(_))) {
-                (response.resources.iter())
-                    .filter(|r| matches!(r.naming, Naming::Constrained(_)))
-                    .flat_map(|r| self.sent_variants(&r.name))
-                    .filter(|old| !self.desired.contains_key(*old))
-                    .cloned()
-                    .collect()
-            } else {
-                BTreeSet::new()
-            };
+        // Usually none: found without a set (in key order, as the resources are).
+        let mut replaced: SmallVec<[ItemKey; 1]> = (response.resources.iter())
+            .filter(|r| matches!(r.naming, Naming::Constrained(_)))
+            .flat_map(|r| self.sent_variants(&r.name))
+            .filter(|old| !self.desired.contains_key(*old))
+            .cloned()
+            .collect();
+        replaced.sort_unstable();
+        replaced.dedup();
         for key in replaced {
             let sent = self.unsend(&key);
             self.dirty.remove(&key);

@@ -6,11 +6,13 @@
 //! pointers are equal contents, and a different pointer with equal contents only misses.
 //!
 //! Bounded: a memo keeps the states computed from one revision's snapshot (the last its
-//! thread computed from), at most [`MEMO_MAX_ENTRIES`] of them, none of more than
-//! [`MEMO_MAX_ITEMS`] items. A state outlives the memo only in the responses that carry it,
-//! until their clients answer.
+//! thread computed from), at most [`MEMO_MAX_ENTRIES`] of them carrying at most
+//! [`MEMO_MAX_BYTES`] of bodies, none of more than [`MEMO_MAX_ITEMS`] items, and no secrets.
+//! A state is encoded once only when a second response carries it. A state outlives the memo
+//! only in the responses that carry it, until their clients answer.
 
 use std::hash::{BuildHasherDefault, Hash, Hasher};
+use std::sync::atomic::{AtomicU32, Ordering};
 use std::sync::{Arc, OnceLock};
 
 use vxds_envoy::resource::content_hash;
@@ -24,12 +26,13 @@ pub(crate) struct SotwState {
     type_url: Arc<str>,
     items: Vec<(ItemKey, Item)>,
     version: Arc<str>,
-    /// Whether many streams' responses may carry it: only then are its entries kept,
-    /// encoded, for the next response (one response's own are encoded into its stream's
-    /// buffer, never held twice).
-    shared: bool,
-    /// The entries, bare where they may be and all wrapped (`RESOURCE_IN_SOTW`), built on
-    /// first use.
+    /// Kept in the memo, so that other streams' responses may carry it.
+    memoized: bool,
+    /// Responses built of it, bare where they may be and all wrapped (`RESOURCE_IN_SOTW`).
+    uses: [AtomicU32; 2],
+    /// The entries of each form, encoded once from the second response of the form on: a
+    /// state no other stream sends is encoded into its stream's buffer only, never held
+    /// twice.
     entries: [OnceLock<SotwResources>; 2],
 }
 
@@ -39,7 +42,7 @@ impl SotwState {
         Self::computed(type_url, items, false)
     }
 
-    fn computed(type_url: &Arc<str>, items: Vec<(ItemKey, Item)>, shared: bool) -> Self {
+    fn computed(type_url: &Arc<str>, items: Vec<(ItemKey, Item)>, memoized: bool) -> Self {
         let version = Arc::from(sotw_version(
             type_url,
             items.iter().map(|(k, item)| (k, item.version())),
@@ -48,7 +51,8 @@ impl SotwState {
             type_url: type_url.clone(),
             items,
             version,
-            shared,
+            memoized,
+            uses: Default::default(),
             entries: Default::default(),
         }
     }
@@ -69,10 +73,14 @@ impl SotwState {
                 .map(|(key, item)| sotw_entry(key, item, wrap_all))
                 .collect()
         };
-        if !self.shared {
+        let form = usize::from(wrap_all);
+        if let Some(shared) = self.entries[form].get() {
+            return shared.clone();
+        }
+        if !self.memoized || self.uses[form].fetch_add(1, Ordering::Relaxed) == 0 {
             return build().into();
         }
-        self.entries[usize::from(wrap_all)]
+        self.entries[form]
             .get_or_init(|| SotwResources::encoded(build()))
             .clone()
     }
@@ -111,7 +119,8 @@ pub(super) fn shared_state<'a>(
     items: impl ExactSizeIterator<Item = (&'a ItemKey, &'a Item)> + Clone,
 ) -> Arc<SotwState> {
     let owned = || items.clone().map(|(k, i)| (k.clone(), i.clone())).collect();
-    if items.len() > MEMO_MAX_ITEMS {
+    // Secrets are not kept: an old key stays in memory no longer than a response carries it.
+    if items.len() > MEMO_MAX_ITEMS || **type_url == *crate::types::SECRET {
         return Arc::new(SotwState::new(type_url, owned()));
     }
     let mut hasher = Fingerprint::default();
@@ -131,7 +140,7 @@ pub(super) fn shared_state<'a>(
     MEMO.with_borrow_mut(|memo| {
         if memo.revision != revision {
             // Another revision: what the memo holds is of no use to the streams any more.
-            memo.states.clear();
+            memo.clear();
             memo.revision = revision;
         }
         if let Some(state) = memo.states.get(&fingerprint)
@@ -140,9 +149,13 @@ pub(super) fn shared_state<'a>(
             return state.clone();
         }
         let state = Arc::new(SotwState::computed(type_url, owned(), true));
-        if memo.states.len() >= MEMO_MAX_ENTRIES {
-            memo.states.clear();
+        let bytes: usize = (state.items.iter())
+            .map(|(_, item)| item.variant().body.len())
+            .sum();
+        if memo.states.len() >= MEMO_MAX_ENTRIES || memo.bytes + bytes > MEMO_MAX_BYTES {
+            memo.clear();
         }
+        memo.bytes += bytes;
         memo.states.insert(fingerprint, state.clone());
         state
     })
@@ -153,6 +166,15 @@ pub(super) fn shared_state<'a>(
 struct Memo {
     revision: u64,
     states: std::collections::HashMap<u64, Arc<SotwState>, BuildHasherDefault<Fingerprint>>,
+    /// The bodies the states carry: what their encodings may hold again.
+    bytes: usize,
+}
+
+impl Memo {
+    fn clear(&mut self) {
+        self.states.clear();
+        self.bytes = 0;
+    }
 }
 
 thread_local! {
@@ -162,8 +184,12 @@ thread_local! {
 }
 
 /// States kept per revision: one per distinct subscription and parameters that resolve
-/// differently, so a few in most fleets; emptied when full.
+/// differently (a few for wildcard LDS and CDS; EDS and RDS by name may have one per
+/// client); emptied when full.
 const MEMO_MAX_ENTRIES: usize = 4096;
+/// The bodies the kept states may carry, per thread: the encoded copies of those many streams
+/// send are at most this much again.
+const MEMO_MAX_BYTES: usize = 16 << 20;
 /// States of more items are computed per response: their fingerprint and comparison cost about
 /// what they save, and the memo would hold their encoding.
 const MEMO_MAX_ITEMS: usize = 1024;
