@@ -20,6 +20,8 @@
 //!   order (clusters, endpoints, listeners, routes); removals only once every response in
 //!   flight has been answered, in the reverse order.
 
+mod config;
+mod status_mirror;
 #[cfg(test)]
 pub(crate) mod tests;
 mod tracking;
@@ -37,6 +39,7 @@ use vxds_envoy::pb::envoy::config::core::v3::Node;
 use vxds_envoy::pb::envoy::service::discovery::v3::{DeltaDiscoveryRequest, DiscoveryRequest};
 use vxds_store::Snapshot;
 
+pub use config::{DEFAULT_HEARTBEAT_FRACTION, DEFAULT_MAX_UNANSWERED, MachineConfig, SecretAccess};
 pub use type_state::Interest;
 
 /// What a stream subscribes to, per type URL.
@@ -53,81 +56,17 @@ pub(crate) fn shared_interest(interest: StreamInterest) -> Arc<StreamInterest> {
         .sum();
     crate::intern::small(&INTERESTS, entries, interest)
 }
-use type_state::{Ack, HeldChanges, Settled, TypeState};
+use status_mirror::{error_message, record_ack, user_agent};
+use type_state::{Settled, TypeState};
 
 use crate::params::{ParamSource, locator_params, node_params_from};
 use crate::rollout::Dependency;
-use crate::status::{Acked, ClientStatus, Nacked, SentVersion, Stamp, TypeStatus};
+use crate::status::ClientStatus;
 use crate::types::{self, ServiceSpec, legacy_wildcard, push_rank};
 use crate::wire::{DeltaResponse, SotwResponse};
 
 /// The client feature that asks for `Resource`-wrapped resources in SotW.
 pub const RESOURCE_IN_SOTW: &str = "xds.config.resource-in-sotw";
-
-/// Limits and options every stream shares.
-#[derive(Clone, Debug)]
-pub struct MachineConfig {
-    /// Node metadata fields that serve as dynamic parameters when the node sends none.
-    pub node_metadata_params: Vec<String>,
-    /// Subscriptions (names, locators and globs, over all types) one stream may hold.
-    pub max_subscriptions: usize,
-    /// Resource types one stream may subscribe to.
-    pub max_types: usize,
-    /// Heartbeats renew each TTL'd resource at this fraction of its TTL.
-    pub heartbeat_fraction: f64,
-    /// Responses a stream may leave unanswered before it is ended with `RESOURCE_EXHAUSTED`
-    /// (a client that never answers would otherwise make the server keep what each carried).
-    pub max_unanswered: usize,
-    /// Which secrets SDS serves.
-    pub secrets: SecretAccess,
-}
-
-/// Which secrets SDS serves (issue 22: deny by default).
-#[derive(Clone, Debug, Default, PartialEq, Eq)]
-pub enum SecretAccess {
-    /// Every secret, to any client its variants match: clients are not told apart by
-    /// certificate (mutual TLS without an identity template; tests).
-    #[default]
-    Open,
-    /// None: clients are not authenticated (no mutual TLS), so a secret would go to anyone who
-    /// reaches the port. Subscriptions to secrets find nothing.
-    Refused,
-    /// A secret's variant only when its constraints hold just for the identities they name
-    /// (these trusted keys), unless the secret is marked shared.
-    IdentityBound(Arc<[String]>),
-}
-
-impl SecretAccess {
-    /// Whether `variant` of `resource` (a secret) may be served.
-    pub fn serves(&self, resource: &vxds_store::IndexedResource, variant: usize) -> bool {
-        match self {
-            SecretAccess::Open => true,
-            SecretAccess::Refused => false,
-            SecretAccess::IdentityBound(keys) => {
-                resource.shared || resource.variants[variant].identity_bound(keys)
-            }
-        }
-    }
-}
-
-/// The default limit of unanswered responses per stream.
-pub const DEFAULT_MAX_UNANSWERED: usize = 1024;
-
-/// The default heartbeat fraction: two heartbeats per TTL, so one may be lost or late.
-pub const DEFAULT_HEARTBEAT_FRACTION: f64 = 0.5;
-
-impl Default for MachineConfig {
-    fn default() -> Self {
-        Self {
-            node_metadata_params: Vec::new(),
-            max_subscriptions: 100_000,
-            max_types: 64,
-            heartbeat_fraction: DEFAULT_HEARTBEAT_FRACTION,
-            max_unanswered: DEFAULT_MAX_UNANSWERED,
-            secrets: SecretAccess::Open,
-        }
-    }
-}
 
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub enum Protocol {
@@ -467,7 +406,7 @@ impl StreamMachine {
             .iter()
             .map(|l| (l.name.clone(), self.locator_params(&l.dynamic_parameters)))
             .collect();
-        refuse_secret_globs(
+        config::refuse_secret_globs(
             &type_url,
             request
                 .resource_names
@@ -550,7 +489,7 @@ impl StreamMachine {
             .iter()
             .map(|l| (l.name.as_str(), self.locator_params(&l.dynamic_parameters)))
             .collect();
-        refuse_secret_globs(
+        config::refuse_secret_globs(
             &type_url,
             request
                 .resource_names_subscribe
@@ -704,7 +643,7 @@ impl StreamMachine {
 
         // Make: additions and updates, in make-before-break order. A SotW response leaves out
         // the removals already eligible, so that no second response of the type follows.
-        let settled = settled_of(order.iter().map(|ty| &**ty));
+        let settled = Settled::of(order.iter().map(|ty| &**ty));
         for ty in order.iter_mut() {
             let seq = self.nonce + 1;
             let wrap_all = self.wrap_all;
@@ -724,7 +663,7 @@ impl StreamMachine {
             ty.stamp_removals(last_sent);
         }
         // Break: the removals every earlier response has cleared, in the reverse order.
-        let settled = settled_of(order.iter().map(|ty| &**ty));
+        let settled = Settled::of(order.iter().map(|ty| &**ty));
         for ty in order.iter_mut().rev() {
             let seq = self.nonce + 1;
             let wrap_all = self.wrap_all;
@@ -834,90 +773,6 @@ impl StreamMachine {
         }
         Ok(())
     }
-
-    fn record_sent(&mut self, response: &Response) {
-        let type_url = response.type_url();
-        let version = match response {
-            Response::Sotw(r) => &r.version_info,
-            Response::Delta(r) => &r.system_version_info,
-        };
-        let Ok(mut status) = self.status.lock() else {
-            return;
-        };
-        let entry = type_entry(&mut status, type_url);
-        // Once per response on every stream: the strings are rewritten in place.
-        let sent = entry.last_sent.get_or_insert_with(SentVersion::default);
-        overwrite(&mut sent.version, version);
-        overwrite(&mut sent.nonce, response.nonce());
-        sent.at = Stamp::now();
-        // What the client holds changed; its subscriptions did not.
-        if let Some(ty) = self.types.get_mut(type_url) {
-            apply_held_changes(ty, entry);
-        }
-    }
-
-    /// Mirrors one type's state into the shared status.
-    fn refresh_status(&mut self, type_url: &str, subscriptions: bool) {
-        let sources = subscriptions.then(|| self.param_sources(type_url));
-        let Some(ty) = self.types.get_mut(type_url) else {
-            return;
-        };
-        let Ok(mut status) = self.status.lock() else {
-            return;
-        };
-        let entry = type_entry(&mut status, type_url);
-        if subscriptions {
-            // Shared with every stream that subscribes alike.
-            entry.subscriptions = crate::intern::descriptions(ty.describe_subscriptions());
-            entry.summary = crate::status::shared_summary(ty.summary_subscriptions());
-            entry.params = ty.default_params.clone();
-        }
-        if let Some(sources) = sources {
-            entry.param_sources = crate::status::shared_param_sources(sources);
-        }
-        apply_held_changes(ty, entry);
-    }
-}
-
-/// How far the client's answers reach over `types`; while a refusal stands, what its accepted
-/// configuration names (a refused update holds back only those removals).
-fn settled_of<'a>(types: impl Iterator<Item = &'a TypeState> + Clone) -> Settled {
-    let mut settled = Settled {
-        unanswered_before: u64::MAX,
-        refused_before: u64::MAX,
-        referenced: BTreeMap::new(),
-    };
-    for ty in types.clone() {
-        let (unanswered, refused) = ty.unsettled_from();
-        settled.unanswered_before = settled.unanswered_before.min(unanswered);
-        settled.refused_before = settled.refused_before.min(refused);
-    }
-    if settled.refused_before != u64::MAX {
-        for ty in types {
-            for item in ty.accepted_items() {
-                for (type_url, name) in &item.variant().references {
-                    settled
-                        .referenced
-                        .entry(*type_url)
-                        .or_default()
-                        .insert(name.to_string());
-                }
-            }
-        }
-    }
-    settled
-}
-
-/// Mirrors what the client holds of `ty` into its status entry.
-fn apply_held_changes(ty: &mut TypeState, entry: &mut TypeStatus) {
-    match ty.take_held_changes() {
-        HeldChanges::All => entry.resources = ty.held().collect(),
-        HeldChanges::Some(changes) => {
-            for (key, held) in changes {
-                entry.resources.apply(key, held);
-            }
-        }
-    }
 }
 
 /// A revision as Delta's `system_version_info`, shared by the responses of one computation
@@ -926,131 +781,13 @@ fn revision_text(revision: u64) -> Arc<str> {
     Arc::from(revision.to_string())
 }
 
-/// `*to = from`, reusing `to`'s allocation — unless it is far larger than `from` needs
-/// (a client's version text can be megabytes once): then it is let go.
-fn overwrite(to: &mut String, from: &str) {
-    if to.capacity() > from.len().max(64) * 4 {
-        *to = from.to_owned();
-        return;
-    }
-    to.clear();
-    to.push_str(from);
-}
-
-/// Secrets are asked for by name: a wildcard or a glob would hand a client every secret it can
-/// match without knowing their names, so such a subscription ends the stream.
-fn refuse_secret_globs<'a>(
-    type_url: &str,
-    mut names: impl Iterator<Item = &'a String>,
-) -> Result<(), Status> {
-    if type_url != types::SECRET {
-        return Ok(());
-    }
-    match names.find(|n| n.as_str() == "*" || n.ends_with("/*") || n.contains("/*?")) {
-        Some(name) => Err(Status::invalid_argument(format!(
-            "secrets are subscribed to by name: `{name}` (a wildcard or a glob) is refused on \
-             {type_url}"
-        ))),
-        None => Ok(()),
-    }
-}
-
-fn type_entry<'a>(status: &'a mut ClientStatus, type_url: &str) -> &'a mut TypeStatus {
-    if let Some(i) = status.types.iter().position(|t| t.type_url == type_url) {
-        return &mut status.types[i];
-    }
-    status.types.push(TypeStatus {
-        type_url: type_url.to_owned(),
-        ..Default::default()
-    });
-    // Types are added a few times per stream: room for exactly them, not for twice as many.
-    status.types.shrink_to_fit();
-    status
-        .types
-        .sort_by_key(|t| (push_rank(&t.type_url), t.type_url.clone()));
-    let i = status
-        .types
-        .iter()
-        .position(|t| t.type_url == type_url)
-        .expect("just inserted");
-    &mut status.types[i]
-}
-
-fn record_ack(
-    outcome: &mut RequestOutcome,
-    type_url: &str,
-    ack: Ack,
-    nonce: &str,
-    status: &Mutex<ClientStatus>,
-) {
-    let Ok(mut status) = status.lock() else {
-        return;
-    };
-    let entry = type_entry(&mut status, type_url);
-    match ack {
-        Ack::Acked { version } => {
-            outcome.acks.push(crate::types::intern(type_url));
-            // Once per ACK on every stream: the strings are rewritten in place.
-            let acked = entry.last_acked.get_or_insert_with(Acked::default);
-            overwrite(&mut acked.version, &version);
-            overwrite(&mut acked.nonce, nonce);
-            acked.at = Stamp::now();
-        }
-        Ack::Nacked { version, message } => {
-            outcome.nacks.push(crate::types::intern(type_url));
-            entry.last_nacked = Some(Nacked {
-                version: version.to_string(),
-                nonce: nonce.to_owned(),
-                message,
-                at: now(),
-            });
-        }
-    }
-}
-
-/// Longest NACK text kept: it is copied into the stream's status, CSDS and client events, and
-/// a client may send megabytes of it.
-const MAX_ERROR_TEXT: usize = 4096;
-
-fn error_message(error: &Option<vxds_envoy::pb::google::rpc::Status>) -> Option<String> {
-    error.as_ref().map(|e| {
-        if e.message.is_empty() {
-            return format!("code {}", e.code);
-        }
-        if e.message.len() <= MAX_ERROR_TEXT {
-            return e.message.clone();
-        }
-        let mut end = MAX_ERROR_TEXT;
-        while !e.message.is_char_boundary(end) {
-            end -= 1;
-        }
-        format!("{}… ({} bytes)", &e.message[..end], e.message.len())
-    })
-}
-
-fn user_agent(node: &Node) -> String {
-    use vxds_envoy::pb::envoy::config::core::v3::node::UserAgentVersionType;
-    let version = match &node.user_agent_version_type {
-        Some(UserAgentVersionType::UserAgentVersion(v)) => v.clone(),
-        Some(UserAgentVersionType::UserAgentBuildVersion(b)) => b
-            .version
-            .as_ref()
-            .map(|v| format!("{}.{}.{}", v.major_number, v.minor_number, v.patch))
-            .unwrap_or_default(),
-        None => String::new(),
-    };
-    format!("{} {version}", node.user_agent_name)
-        .trim()
-        .to_owned()
-}
-
 /// The type URL of a per-type service, or the one a request names.
 pub fn known_types() -> &'static [&'static str] {
     &types::PUSH_ORDER
 }
 
 #[cfg(test)]
-mod error_text_tests {
+mod revision_text_tests {
     use super::*;
 
     #[test]
@@ -1058,22 +795,5 @@ mod error_text_tests {
         for revision in [0, 7, 10, 12_345, u64::MAX] {
             assert_eq!(&*revision_text(revision), revision.to_string());
         }
-    }
-
-    #[test]
-    fn nack_text_is_kept_within_bounds() {
-        let status = |message: String| {
-            Some(vxds_envoy::pb::google::rpc::Status {
-                code: 3,
-                message,
-                details: vec![],
-            })
-        };
-        assert_eq!(error_message(&status(String::new())).unwrap(), "code 3");
-        assert_eq!(error_message(&status("bad".into())).unwrap(), "bad");
-        let long = "é".repeat(5000);
-        let kept = error_message(&status(long)).unwrap();
-        assert!(kept.len() < MAX_ERROR_TEXT + 32, "{}", kept.len());
-        assert!(kept.ends_with("… (10000 bytes)"));
     }
 }

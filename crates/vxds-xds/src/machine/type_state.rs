@@ -270,6 +270,35 @@ pub(crate) struct Settled {
 }
 
 impl Settled {
+    /// How far the client's answers reach over `types`; while a refusal stands, what its
+    /// accepted configuration names (a refused update holds back only those removals).
+    pub(crate) fn of<'a>(types: impl Iterator<Item = &'a TypeState> + Clone) -> Settled {
+        let mut settled = Settled {
+            unanswered_before: u64::MAX,
+            refused_before: u64::MAX,
+            referenced: BTreeMap::new(),
+        };
+        for ty in types.clone() {
+            let (unanswered, refused) = ty.unsettled_from();
+            settled.unanswered_before = settled.unanswered_before.min(unanswered);
+            settled.refused_before = settled.refused_before.min(refused);
+        }
+        if settled.refused_before != u64::MAX {
+            for ty in types {
+                for item in ty.accepted_items() {
+                    for (type_url, name) in &item.variant().references {
+                        settled
+                            .referenced
+                            .entry(*type_url)
+                            .or_default()
+                            .insert(name.to_string());
+                    }
+                }
+            }
+        }
+        settled
+    }
+
     pub fn references(&self, type_url: &str, name: &str) -> bool {
         self.referenced
             .get(type_url)
