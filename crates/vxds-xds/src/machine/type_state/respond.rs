@@ -380,15 +380,19 @@ impl TypeState {
         }
         // A variant replaced by another (TP2): the old one's removal goes in the same response
         // as the new one, so that the client swaps them atomically.
-        // Usually none: found without a set (in key order, as the resources are).
-        let mut replaced: SmallVec<[ItemKey; 1]> = (response.resources.iter())
-            .filter(|r| matches!(r.naming, Naming::Constrained(_)))
-            .flat_map(|r| self.sent_variants(&r.name))
-            .filter(|old| !self.desired.contains_key(*old))
-            .cloned()
-            .collect();
-        replaced.sort_unstable();
-        replaced.dedup();
+        // Only for locator subscriptions, and usually none: found without a set.
+        let mut replaced: SmallVec<[ItemKey; 1]> = SmallVec::new();
+        if (response.resources.iter()).any(|r| matches!(r.naming, Naming::Constrained(_))) {
+            replaced.extend(
+                (response.resources.iter())
+                    .filter(|r| matches!(r.naming, Naming::Constrained(_)))
+                    .flat_map(|r| self.sent_variants(&r.name))
+                    .filter(|old| !self.desired.contains_key(*old))
+                    .cloned(),
+            );
+            replaced.sort_unstable();
+            replaced.dedup();
+        }
         for key in replaced {
             let sent = self.unsend(&key);
             self.dirty.remove(&key);
@@ -398,7 +402,10 @@ impl TypeState {
                 constraints: sent.and_then(|s| s.constraints()),
             });
         }
-        self.keep_only_pending_removals_dirty();
+        // Whatever is neither to send nor to remove needs no attention (desired looked up
+        // first: nearly everything dirty was just sent, one search each).
+        self.dirty
+            .retain(|k| !self.desired.contains_key(k) && self.sent.contains_key(k));
 
         // Tell the client what does not exist, so that it does not wait for it. What it has is
         // a removal instead, for the break phase.
