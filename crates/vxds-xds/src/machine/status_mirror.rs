@@ -1,6 +1,7 @@
 //! The status mirror: what a stream's client holds, was sent and answered, copied into the
 //! shared `ClientStatus` that `/v1/clients`, CSDS and the summaries read. Written once per
-//! response and per answer on every stream, so its strings are rewritten in place.
+//! response and per answer on every stream, so the last-sent and last-acked strings are
+//! rewritten in place.
 
 use std::sync::Mutex;
 

@@ -7,8 +7,9 @@
 //!
 //! Bounded: a memo keeps the states computed from one revision's snapshot (the last its
 //! thread computed from), at most [`MEMO_MAX_ENTRIES`] of them carrying at most
-//! [`MEMO_MAX_BYTES`] of bodies, none of more than [`MEMO_MAX_ITEMS`] items, and no secrets.
-//! A state is encoded once only when a second response carries it. A state outlives the memo
+//! [`MEMO_MAX_BYTES`] of bodies, none of more than [`MEMO_MAX_ITEMS`] items or a quarter of
+//! those bytes, and no secrets. A state is encoded once only when a second response carries
+//! it. A state outlives the memo
 //! only in the responses that carry it, until their clients answer.
 
 use std::hash::{BuildHasherDefault, Hash, Hasher};
@@ -31,8 +32,7 @@ pub(crate) struct SotwState {
     /// Responses built of it, bare where they may be and all wrapped (`RESOURCE_IN_SOTW`).
     uses: [AtomicU32; 2],
     /// The entries of each form, encoded once from the second response of the form on: a
-    /// state no other stream sends is encoded into its stream's buffer only, never held
-    /// twice.
+    /// state sent once is encoded into its stream's buffer only, never held twice.
     entries: [OnceLock<SotwResources>; 2],
 }
 
@@ -83,6 +83,13 @@ impl SotwState {
         self.entries[form]
             .get_or_init(|| SotwResources::encoded(build()))
             .clone()
+    }
+
+    /// Its chosen variants' bodies, as the memo counts them.
+    fn body_bytes(&self) -> usize {
+        (self.items.iter())
+            .map(|(_, item)| item.variant().body.len())
+            .sum()
     }
 
     /// Whether it carries exactly `items` of `type_url`: the same indexed variants, named alike.
@@ -148,15 +155,22 @@ pub(super) fn shared_state<'a>(
         {
             return state.clone();
         }
-        let state = Arc::new(SotwState::computed(type_url, owned(), true));
-        let bytes: usize = (state.items.iter())
+        let bytes: usize = (items.clone())
             .map(|(_, item)| item.variant().body.len())
             .sum();
+        // A state too large for the memo goes alone: the memo's bound holds.
+        let kept = bytes <= MEMO_MAX_BYTES / 4;
+        let state = Arc::new(SotwState::computed(type_url, owned(), kept));
+        if !kept {
+            return state;
+        }
         if memo.states.len() >= MEMO_MAX_ENTRIES || memo.bytes + bytes > MEMO_MAX_BYTES {
             memo.clear();
         }
+        if let Some(replaced) = memo.states.insert(fingerprint, state.clone()) {
+            memo.bytes = memo.bytes.saturating_sub(replaced.body_bytes());
+        }
         memo.bytes += bytes;
-        memo.states.insert(fingerprint, state.clone());
         state
     })
 }
@@ -166,7 +180,7 @@ pub(super) fn shared_state<'a>(
 struct Memo {
     revision: u64,
     states: std::collections::HashMap<u64, Arc<SotwState>, BuildHasherDefault<Fingerprint>>,
-    /// The bodies the states carry: what their encodings may hold again.
+    /// The bodies the states carry (their chosen variants').
     bytes: usize,
 }
 
@@ -187,8 +201,10 @@ thread_local! {
 /// differently (a few for wildcard LDS and CDS; EDS and RDS by name may have one per
 /// client); emptied when full.
 const MEMO_MAX_ENTRIES: usize = 4096;
-/// The bodies the kept states may carry, per thread: the encoded copies of those many streams
-/// send are at most this much again.
+/// The bodies the kept states may carry, per thread (a quarter of it at most for one). Their
+/// encodings, of the forms several responses carry, add about as much again per form; the
+/// states also keep the other variants of their resources until the thread computes from
+/// another revision.
 const MEMO_MAX_BYTES: usize = 16 << 20;
 /// States of more items are computed per response: their fingerprint and comparison cost about
 /// what they save, and the memo would hold their encoding.
