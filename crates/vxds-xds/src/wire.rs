@@ -235,11 +235,7 @@ impl SotwResources {
     /// Entries encoded now, once, for many responses. A response of its own is better
     /// built with `from` (encoded straight into the stream's buffer, never held twice).
     pub fn encoded(entries: Vec<SotwEntry>) -> Self {
-        let len = entries
-            .iter()
-            .map(|e| delimited_len(2, e.encoded_len()))
-            .sum();
-        let mut encoded = bytes::BytesMut::with_capacity(len);
+        let mut encoded = bytes::BytesMut::with_capacity(fields_len(&entries));
         for entry in &entries {
             entry.encode_field(&mut encoded);
         }
@@ -259,11 +255,16 @@ impl SotwResources {
     fn fields_len(&self) -> usize {
         match &self.0.encoded {
             Some(encoded) => encoded.len(),
-            None => (self.0.entries.iter())
-                .map(|e| delimited_len(2, e.encoded_len()))
-                .sum(),
+            None => fields_len(&self.0.entries),
         }
     }
+}
+
+/// The length of `entries` as `DiscoveryResponse.resources` fields.
+fn fields_len(entries: &[SotwEntry]) -> usize {
+    (entries.iter())
+        .map(|e| delimited_len(2, e.encoded_len()))
+        .sum()
 }
 
 impl From<Vec<SotwEntry>> for SotwResources {

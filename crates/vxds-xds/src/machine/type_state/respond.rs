@@ -116,8 +116,7 @@ impl TypeState {
     fn keep_only_pending_removals_dirty(&mut self) {
         let pending = |k: &ItemKey| !self.desired.contains_key(k) && self.sent.contains_key(k);
         if self.dirty.iter().any(pending) {
-            self.dirty
-                .retain(|k| !self.desired.contains_key(k) && self.sent.contains_key(k));
+            self.dirty.retain(|k| pending(k));
         } else {
             self.dirty.clear();
         }

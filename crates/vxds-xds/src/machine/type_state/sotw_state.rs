@@ -155,15 +155,14 @@ pub(super) fn shared_state<'a>(
         {
             return state.clone();
         }
-        let bytes: usize = (items.clone())
-            .map(|(_, item)| item.variant().body.len())
-            .sum();
+        let mut state = SotwState::computed(type_url, owned(), true);
+        let bytes = state.body_bytes();
         // A state too large for the memo goes alone: the memo's bound holds.
-        let kept = bytes <= MEMO_MAX_BYTES / 4;
-        let state = Arc::new(SotwState::computed(type_url, owned(), kept));
-        if !kept {
-            return state;
+        if bytes > MEMO_MAX_BYTES / 4 {
+            state.memoized = false;
+            return Arc::new(state);
         }
+        let state = Arc::new(state);
         if memo.states.len() >= MEMO_MAX_ENTRIES || memo.bytes + bytes > MEMO_MAX_BYTES {
             memo.clear();
         }
