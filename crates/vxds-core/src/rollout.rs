@@ -42,13 +42,29 @@ pub struct AckTimes {
 }
 
 impl AckTimes {
+    /// The smallest b with 2^(b/4) >= ms. Recorded for every stream's every accepted
+    /// revision: the power of two from the bits, the quarter by comparison, no logarithm.
     fn bucket(ms: u64) -> u16 {
+        /// 2^(1/4), 2^(2/4), 2^(3/4): the boundaries between two powers of two.
+        const QUARTERS: [f64; 3] = [
+            1.189_207_115_002_721,
+            std::f64::consts::SQRT_2,
+            1.681_792_830_507_429,
+        ];
         if ms <= 1 {
             return 0;
         }
-        // The smallest b with 2^(b/4) >= ms.
-        let b = ((ms as f64).log2() * 4.0).ceil();
-        b.min(f64::from(u16::MAX)) as u16
+        let power = 63 - ms.leading_zeros(); // 2^power <= ms < 2^(power + 1)
+        let base = 1u64 << power;
+        if ms == base {
+            return (4 * power) as u16;
+        }
+        let ratio = ms as f64 / base as f64;
+        let quarter = QUARTERS
+            .iter()
+            .position(|&q| ratio <= q)
+            .map_or(4, |i| i + 1);
+        (4 * power + quarter as u32) as u16
     }
 
     fn bound(bucket: u16) -> u64 {
@@ -272,6 +288,26 @@ impl RolloutStatus {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn buckets_are_the_quarter_powers_of_two_that_bound_each_time() {
+        let by_logarithm = |ms: u64| -> u16 {
+            if ms <= 1 {
+                return 0;
+            }
+            ((ms as f64).log2() * 4.0).ceil() as u16
+        };
+        let spot = [
+            u64::MAX,
+            u64::MAX / 3,
+            1 << 40,
+            (1 << 40) + 1,
+            86_400_000 * 365,
+        ];
+        for ms in (0..=1_000_000).chain(spot) {
+            assert_eq!(AckTimes::bucket(ms), by_logarithm(ms), "{ms} ms");
+        }
+    }
 
     #[test]
     fn quantiles_are_within_a_bucket_and_never_above_the_maximum() {

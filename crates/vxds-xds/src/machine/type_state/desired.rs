@@ -76,9 +76,15 @@ impl TypeState {
             self.desired.last_key_value(),
             Some((ItemKey::Variant(..), _))
         ) {
+            // From the first variant on, while the name lasts: one search of the tree, not
+            // one per bound.
             let first = ItemKey::Variant(shared.clone(), ConstraintsId::MIN);
-            let last = ItemKey::Variant(shared.clone(), ConstraintsId::MAX);
-            previous.extend(self.desired.range(first..=last).map(|(k, _)| k.clone()));
+            previous.extend(
+                (self.desired.range(first..))
+                    .map(|(k, _)| k)
+                    .take_while(|k| matches!(k, ItemKey::Variant(name, _) if *name == shared))
+                    .cloned(),
+            );
         }
         previous.push(ItemKey::Name(shared));
         // What the resource had in the desired state stays there until its items are found
@@ -135,7 +141,8 @@ impl TypeState {
                 None => missing.push(m),
             }
         }
-        let locators: Vec<(Arc<str>, Arc<ParamSet>)> = self
+        // Inline: a stream subscribes to a name by one locator or a few.
+        let locators: SmallVec<[(Arc<str>, Arc<ParamSet>); 2]> = self
             .locators_of(normal)
             .map(|(s, p)| (s.clone(), p.clone()))
             .collect();

@@ -9,7 +9,7 @@ use std::sync::Arc;
 use super::accepted::Carried;
 use super::sotw_state::{SotwState, shared_state};
 use super::*;
-use crate::wire::{DeltaResponse, Naming, RemovedName, SotwResponse};
+use crate::wire::{DeltaResponse, Naming, RemovedName, SotwResponse, Wrapped};
 
 impl TypeState {
     // ---- closing the gap -----------------------------------------------------------------
@@ -378,20 +378,30 @@ impl TypeState {
             }
         }
         // A variant replaced by another (TP2): the old one's removal goes in the same response
-        // as the new one, so that the client swaps them atomically.
-        // Only for locator subscriptions, and usually none: found without a set.
-        let mut replaced: SmallVec<[ItemKey; 1]> = SmallVec::new();
-        if (response.resources.iter()).any(|r| matches!(r.naming, Naming::Constrained(_))) {
-            replaced.extend(
-                (response.resources.iter())
-                    .filter(|r| matches!(r.naming, Naming::Constrained(_)))
-                    .flat_map(|r| self.sent_variants(&r.name))
-                    .filter(|old| !self.desired.contains_key(*old))
-                    .cloned(),
-            );
-            replaced.sort_unstable();
-            replaced.dedup();
-        }
+        // as the new one, so that the client swaps them atomically. What the client holds
+        // and should not is dirty (as `stamp_removals` relies on), and what was just sent
+        // left the dirty set above: the old variants are among what is left, usually
+        // nothing, in key order.
+        let is_constrained = |r: &&Wrapped| matches!(r.naming, Naming::Constrained(_));
+        let constrained = |name: &str| {
+            (response.resources.iter()).any(|r| is_constrained(&r) && *r.name == *name)
+        };
+        let replaced: SmallVec<[ItemKey; 1]> =
+            if self.dirty.is_empty() || !(response.resources.iter()).any(|r| is_constrained(&r)) {
+                SmallVec::new()
+            } else {
+                (self.dirty.iter())
+                    .filter(|k| {
+                        matches!(k, ItemKey::Variant(..))
+                            && constrained(k.name())
+                            && self.sent.contains_key(*k)
+                            && !self.desired.contains_key(*k)
+                    })
+                    .cloned()
+                    .collect()
+            };
+        #[cfg(test)]
+        self.check_replaced(&response, &replaced);
         for key in replaced {
             let sent = self.unsend(&key);
             self.dirty.remove(&key);
@@ -475,6 +485,21 @@ impl TypeState {
             ));
         }
         self.finish_delta(response, seq, system_version, Carried::Changes(carried))
+    }
+
+    /// Test builds: the old variants a response replaces, found among the dirty items, are
+    /// exactly those found by walking every variant sent under the response's names.
+    #[cfg(test)]
+    fn check_replaced(&self, response: &DeltaResponse, replaced: &[ItemKey]) {
+        let mut walked: Vec<ItemKey> = (response.resources.iter())
+            .filter(|r| matches!(r.naming, Naming::Constrained(_)))
+            .flat_map(|r| self.sent_variants(&r.name))
+            .filter(|old| !self.desired.contains_key(*old))
+            .cloned()
+            .collect();
+        walked.sort_unstable();
+        walked.dedup();
+        assert_eq!(replaced, walked.as_slice(), "replaced variants");
     }
 
     /// Delta, break phase: the eligible removals of what the client has.
