@@ -382,18 +382,16 @@ impl TypeState {
         // and should not is dirty (as `stamp_removals` relies on), and what was just sent
         // left the dirty set above: the old variants are among what is left, usually
         // nothing, in key order.
-        let is_constrained = |r: &&Wrapped| matches!(r.naming, Naming::Constrained(_));
-        let constrained = |name: &str| {
-            (response.resources.iter()).any(|r| is_constrained(&r) && *r.name == *name)
-        };
+        let sends_variant_of =
+            |name: &str| (response.resources.iter()).any(|r| names_variant(r) && *r.name == *name);
         let replaced: SmallVec<[ItemKey; 1]> =
-            if self.dirty.is_empty() || !(response.resources.iter()).any(|r| is_constrained(&r)) {
+            if self.dirty.is_empty() || !response.resources.iter().any(names_variant) {
                 SmallVec::new()
             } else {
                 (self.dirty.iter())
                     .filter(|k| {
                         matches!(k, ItemKey::Variant(..))
-                            && constrained(k.name())
+                            && sends_variant_of(k.name())
                             && self.sent.contains_key(*k)
                             && !self.desired.contains_key(*k)
                     })
@@ -492,7 +490,7 @@ impl TypeState {
     #[cfg(test)]
     fn check_replaced(&self, response: &DeltaResponse, replaced: &[ItemKey]) {
         let mut walked: Vec<ItemKey> = (response.resources.iter())
-            .filter(|r| matches!(r.naming, Naming::Constrained(_)))
+            .filter(|r| names_variant(r))
             .flat_map(|r| self.sent_variants(&r.name))
             .filter(|old| !self.desired.contains_key(*old))
             .cloned()
@@ -639,6 +637,11 @@ impl TypeState {
             .iter()
             .map(|(key, sent)| (key.held_key(), sent.clone()))
     }
+}
+
+/// Whether a Delta resource goes by locator (TP2): named with its variant's constraints.
+fn names_variant(resource: &Wrapped) -> bool {
+    matches!(resource.naming, Naming::Constrained(_))
 }
 
 /// The sequence number a nonce names: a response's nonce is its sequence number in decimal,
