@@ -273,6 +273,7 @@ impl StreamMachine {
                 status.node_cluster = node.cluster.clone();
                 status.client_features = node.client_features.clone();
                 status.user_agent = user_agent(node);
+                crate::status::summary_inputs_changed();
             }
             return;
         };
@@ -777,8 +778,21 @@ impl StreamMachine {
 
 /// A revision as Delta's `system_version_info`, shared by the responses of one computation
 /// and what they leave in flight.
+///
+/// The last one made on this thread is kept: every stream computing from one snapshot shares
+/// it, not a string formatted and allocated each.
 fn revision_text(revision: u64) -> Arc<str> {
-    Arc::from(revision.to_string())
+    thread_local! {
+        static LAST: std::cell::RefCell<Option<(u64, Arc<str>)>> = const { std::cell::RefCell::new(None) };
+    }
+    LAST.with_borrow_mut(|last| match last {
+        Some((at, text)) if *at == revision => text.clone(),
+        _ => {
+            let text: Arc<str> = Arc::from(revision.to_string());
+            *last = Some((revision, text.clone()));
+            text
+        }
+    })
 }
 
 /// The type URL of a per-type service, or the one a request names.
@@ -792,8 +806,10 @@ mod revision_text_tests {
 
     #[test]
     fn revisions_are_written_as_decimal_text() {
-        for revision in [0, 7, 10, 12_345, u64::MAX] {
+        for revision in [0, 7, 7, 10, 12_345, 7, u64::MAX, u64::MAX] {
             assert_eq!(&*revision_text(revision), revision.to_string());
         }
+        // The same revision twice in a row is one shared text.
+        assert!(Arc::ptr_eq(&revision_text(41), &revision_text(41)));
     }
 }

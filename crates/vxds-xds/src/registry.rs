@@ -335,6 +335,9 @@ pub struct Registry {
     pub events: crate::events::ClientEvents,
     /// Which streams each recent revision changed, and their answers.
     pub rollouts: Arc<crate::rollout::Rollouts>,
+    /// The last client summary's streams and entries, with the count of changes to what it
+    /// read (`crate::status::summary_inputs`) when its walk began.
+    pub(crate) summary_cache: Mutex<Option<(u64, vxds_core::impact::ClientSummary)>>,
 }
 
 /// A stream's place in the registry; dropping it (the stream ended) removes the stream.
@@ -353,6 +356,7 @@ impl Drop for Registration {
             && let Some(entry) = indexes.streams.remove(&self.id)
         {
             indexes.unindex(self.id, &entry.interest);
+            crate::status::summary_inputs_changed();
         }
         self.registry.heartbeats.remove(self.id);
         let (epoch, revisions) = self.inbox.abandon();
@@ -374,6 +378,7 @@ impl Registry {
             heartbeats: heartbeats::Heartbeats::default(),
             rollouts: Arc::new(rollouts),
             events,
+            summary_cache: Mutex::default(),
         }
     }
 
@@ -399,6 +404,7 @@ impl Registry {
                 },
             );
         }
+        crate::status::summary_inputs_changed();
         Registration {
             id,
             inbox,
@@ -509,9 +515,11 @@ impl Registry {
                 return snapshot;
             }
             // Marked for a revision still being dispatched: wait for it, then look again.
-            if published
-                .get_or_insert_with(|| self.published.subscribe())
-                .wait_for(|s| (s.epoch, s.revision) >= (marked.epoch, marked.revision))
+            // Boxed: the wait is rare, and inline it made every computation's future (made
+            // and moved into the stream task's state on every revision) hundreds of bytes.
+            let wanted = (marked.epoch, marked.revision);
+            let receiver = published.get_or_insert_with(|| self.published.subscribe());
+            if Box::pin(receiver.wait_for(|s| (s.epoch, s.revision) >= wanted))
                 .await
                 .is_err()
             {

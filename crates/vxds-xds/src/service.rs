@@ -35,7 +35,7 @@ use crate::wire::{self, DeltaResponse, FastDecode, SotwResponse};
 
 mod tracking;
 
-use tracking::{after_request, catch_up_and_compute, record_answers};
+use tracking::{after_request, catch_up_and_compute, computes_after_request, record_answers};
 
 /// Prost's codec with small starting buffers. A stream keeps one encode and one decode buffer
 /// for its whole life; tonic's 8 KiB defaults cost 16 KiB per stream, 160 MiB for ten thousand
@@ -58,7 +58,7 @@ where
     U: FastDecode + Send + 'static,
 {
     type Encode = T;
-    type Decode = U;
+    type Decode = Box<U>;
     type Encoder = ProstEncoder<T>;
     type Decoder = RequestDecoder<U>;
 
@@ -73,15 +73,20 @@ where
 
 /// Prost's decoder, with answers (most requests) read by hand: [`wire::decode_request`].
 /// Errors are prost's, as tonic's `ProstDecoder` reports them (`INTERNAL`, prost's text).
+///
+/// A request comes boxed, in a fresh allocation (which the allocator usually serves from
+/// memory just freed, in cache): unboxed, its 600 bytes were copied into the stream task's
+/// state two or three times on their way to the machine, and a stream's state is out of
+/// cache whenever a revision reaches it among thousands of others.
 struct RequestDecoder<U>(PhantomData<U>);
 
 impl<U: FastDecode> Decoder for RequestDecoder<U> {
-    type Item = U;
+    type Item = Box<U>;
     type Error = Status;
 
-    fn decode(&mut self, buf: &mut DecodeBuf<'_>) -> Result<Option<U>, Status> {
+    fn decode(&mut self, buf: &mut DecodeBuf<'_>) -> Result<Option<Box<U>>, Status> {
         wire::decode_request(buf)
-            .map(Some)
+            .map(|request| Some(Box::new(request)))
             .map_err(|error| Status::internal(error.to_string()))
     }
 
@@ -257,12 +262,12 @@ struct SotwMethod {
     spec: &'static ServiceSpec,
 }
 
-impl StreamingService<DiscoveryRequest> for SotwMethod {
+impl StreamingService<Box<DiscoveryRequest>> for SotwMethod {
     type Response = SotwResponse;
     type ResponseStream = Outbox<SotwResponse>;
     type Future = BoxFuture<GrpcResponse<Self::ResponseStream>, Status>;
 
-    fn call(&mut self, request: Request<Streaming<DiscoveryRequest>>) -> Self::Future {
+    fn call(&mut self, request: Request<Streaming<Box<DiscoveryRequest>>>) -> Self::Future {
         let admitted = match self.shared.admit(&request) {
             Ok(admitted) => admitted,
             Err(status) => return Box::pin(async move { Err(status) }),
@@ -273,7 +278,7 @@ impl StreamingService<DiscoveryRequest> for SotwMethod {
             admitted.opening(self.spec, Protocol::Sotw),
             request.into_inner(),
             tx,
-            StreamMachine::on_sotw_request,
+            |machine, request| machine.on_sotw_request(*request),
             |r| match r {
                 Response::Sotw(r) => Some(r),
                 Response::Delta(_) => None,
@@ -288,12 +293,12 @@ struct DeltaMethod {
     spec: &'static ServiceSpec,
 }
 
-impl StreamingService<DeltaDiscoveryRequest> for DeltaMethod {
+impl StreamingService<Box<DeltaDiscoveryRequest>> for DeltaMethod {
     type Response = DeltaResponse;
     type ResponseStream = Outbox<DeltaResponse>;
     type Future = BoxFuture<GrpcResponse<Self::ResponseStream>, Status>;
 
-    fn call(&mut self, request: Request<Streaming<DeltaDiscoveryRequest>>) -> Self::Future {
+    fn call(&mut self, request: Request<Streaming<Box<DeltaDiscoveryRequest>>>) -> Self::Future {
         let admitted = match self.shared.admit(&request) {
             Ok(admitted) => admitted,
             Err(status) => return Box::pin(async move { Err(status) }),
@@ -304,7 +309,7 @@ impl StreamingService<DeltaDiscoveryRequest> for DeltaMethod {
             admitted.opening(self.spec, Protocol::Delta),
             request.into_inner(),
             tx,
-            StreamMachine::on_delta_request,
+            |machine, request| machine.on_delta_request(*request),
             |r| match r {
                 Response::Delta(r) => Some(r),
                 Response::Sotw(_) => None,
@@ -320,11 +325,11 @@ struct FetchMethod {
     spec: &'static ServiceSpec,
 }
 
-impl UnaryService<DiscoveryRequest> for FetchMethod {
+impl UnaryService<Box<DiscoveryRequest>> for FetchMethod {
     type Response = SotwResponse;
     type Future = BoxFuture<GrpcResponse<SotwResponse>, Status>;
 
-    fn call(&mut self, request: Request<DiscoveryRequest>) -> Self::Future {
+    fn call(&mut self, request: Request<Box<DiscoveryRequest>>) -> Self::Future {
         let shared = self.shared.clone();
         let spec = self.spec;
         Box::pin(async move {
@@ -344,7 +349,7 @@ impl UnaryService<DiscoveryRequest> for FetchMethod {
             let request = request.into_inner();
             let mut machine = StreamMachine::new(0, Protocol::Sotw, spec, shared.machine.clone());
             machine.set_peer(admitted.peer, admitted.trusted);
-            machine.on_sotw_request(request)?;
+            machine.on_sotw_request(*request)?;
             let snapshot = shared.registry.snapshot();
             let response = machine.poll(&snapshot).into_iter().find_map(|r| match r {
                 Response::Sotw(r) => Some(r),
@@ -379,6 +384,12 @@ impl XdsRequest for DiscoveryRequest {
 impl XdsRequest for DeltaDiscoveryRequest {
     fn response_nonce(&self) -> &str {
         &self.response_nonce
+    }
+}
+
+impl<T: XdsRequest> XdsRequest for Box<T> {
+    fn response_nonce(&self) -> &str {
+        (**self).response_nonce()
     }
 }
 
@@ -588,7 +599,9 @@ async fn run_stream<Req, Resp>(
                 Ok(Some(request)) => {
                     // Nonces are numbers (the machine's counter); an answer names the response.
                     let answered = request.response_nonce().parse::<u64>().ok();
-                    match handle(&mut machine, request) {
+                    // The request's outcome ends before any await: the task's state, out of
+                    // cache when a revision reaches it, keeps nothing of it across one.
+                    let computes = match handle(&mut machine, request) {
                     Ok(outcome) => {
                         let events = &shared.registry.events;
                         if presence.is_none() {
@@ -615,13 +628,18 @@ async fn run_stream<Req, Resp>(
                         for type_url in &outcome.nacks {
                             counters.get(&shared.metrics, PerType::Nacks, type_url).inc();
                         }
-                        after_request((&shared.registry, id), &registration.inbox, &mut rollout, &mut machine, &outcome, refusals).await
+                        Ok(computes_after_request((&shared.registry, id), &rollout, &mut machine, &outcome).then_some(refusals))
                     }
-                    Err(status) => {
-                        warn!(stream = id, node = ?machine.node().map(|n| n.id.clone()), error = %status.message(), "closing the stream");
-                        let _ = out.send(Box::new(Err(status))).await;
-                        break;
-                    }
+                    Err(status) => Err(status),
+                    };
+                    match computes {
+                        Ok(Some(refusals)) => after_request(&shared.registry, &registration.inbox, &mut rollout, &mut machine, refusals).await,
+                        Ok(None) => Vec::new(),
+                        Err(status) => {
+                            warn!(stream = id, node = ?machine.node().map(|n| n.id.clone()), error = %status.message(), "closing the stream");
+                            let _ = out.send(Box::new(Err(status))).await;
+                            break;
+                        }
                     }
                 }
                 Ok(None) => break,
@@ -665,20 +683,22 @@ async fn run_stream<Req, Resp>(
                 Vec::new()
             }
         };
-        for response in responses {
+        // Each boxed before its wait, so that the task's state holds a pointer across it, not
+        // a response.
+        let queued = responses.into_iter().filter_map(|response| {
             let counted = counters
                 .get(&shared.metrics, PerType::Responses, response.type_url())
                 .clone();
-            let Some(response) = unwrap(response) else {
-                continue;
-            };
+            Some((counted, Box::new(Ok(unwrap(response)?))))
+        });
+        for (counted, queued) in queued {
             let sent = tokio::select! {
                 biased;
                 reason = &mut closing => {
                     end_closing(&out, reason).await;
                     return;
                 }
-                sent = out.send(Box::new(Ok(response))) => sent.is_ok(),
+                sent = out.send(queued) => sent.is_ok(),
             };
             if !sent {
                 debug!(stream = id, "the client left mid-push");

@@ -1,6 +1,7 @@
 //! What each stream is doing, for operators: `GET /v1/clients` and CSDS read it.
 
 use std::collections::BTreeMap;
+use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::{Arc, LazyLock};
 
 use bytes::Bytes;
@@ -258,6 +259,23 @@ fn held_resource(sent: &Sent, name: &Arc<str>) -> HeldResource {
             .and_then(|item| item.variant().constraints_text.clone()),
         body: delivered.map(|item| item.variant().body.clone()),
     }
+}
+
+/// Counts changes to what the client summary reads (`crate::summary`): which streams are
+/// connected, their node ids, their types' grouped subscriptions. Bumped after each change,
+/// so that a summary built from a walk begun at one count is still true while the count
+/// stays. Process-wide: a change seen by another registry (tests run several) only costs
+/// one walk more.
+static SUMMARY_INPUTS: AtomicU64 = AtomicU64::new(0);
+
+/// What the client summary reads changed (see [`SUMMARY_INPUTS`]); called after the change.
+pub(crate) fn summary_inputs_changed() {
+    SUMMARY_INPUTS.fetch_add(1, Ordering::SeqCst);
+}
+
+/// The count of changes to what the client summary reads, read before a walk.
+pub(crate) fn summary_inputs() -> u64 {
+    SUMMARY_INPUTS.load(Ordering::SeqCst)
 }
 
 static SUMMARIES: LazyLock<Interner<[SubscriptionGroup]>> = LazyLock::new(Interner::new);

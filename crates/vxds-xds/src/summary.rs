@@ -19,11 +19,38 @@ type Held = (Arc<[SubscriptionGroup]>, u64, Samples);
 impl Registry {
     /// The summary of the streams connected now.
     ///
+    /// Its streams and entries are walked again only when something they read changed
+    /// (`crate::status::summary_inputs`): a stream connected or left, sent its node, or changed
+    /// its subscriptions. Built after every settled revision, the walk visited every stream's
+    /// status on every write, though a write changes no subscription.
+    pub fn summary(&self) -> ClientSummary {
+        let inputs = crate::status::summary_inputs();
+        let cached = self.summary_cache.lock().ok().and_then(|cache| {
+            (cache.as_ref())
+                .filter(|(at, _)| *at == inputs)
+                .map(|(_, summary)| summary.clone())
+        });
+        let mut summary = cached.unwrap_or_else(|| {
+            let summary = self.walk_statuses();
+            if let Ok(mut cache) = self.summary_cache.lock() {
+                *cache = Some((inputs, summary.clone()));
+            }
+            summary
+        });
+        // The replica's name is added where the summaries are merged.
+        summary.rollouts = self.rollouts.recent("");
+        summary.rollout_head = self.rollouts.head();
+        summary.rollout_loaded = self.rollouts.loaded_revision();
+        summary
+    }
+
+    /// The streams and entries of the summary, from every stream's status.
+    ///
     /// Streams that subscribe alike share one copy of their grouped subscriptions
     /// (`crate::intern`): each copy is added once, with how many streams hold it and their
     /// smallest node ids, not once per stream — built after every settled revision, it cost
     /// every stream a key of three allocations per subscription.
-    pub fn summary(&self) -> ClientSummary {
+    fn walk_statuses(&self) -> ClientSummary {
         let mut builder = SummaryBuilder::default();
         // By the shared copy's address: the copy held here keeps it from being reused.
         let mut shared: HashMap<*const SubscriptionGroup, Held> = HashMap::new();
@@ -55,12 +82,7 @@ impl Registry {
                 }
             }
         }
-        let mut summary = builder.build();
-        // The replica's name is added where the summaries are merged.
-        summary.rollouts = self.rollouts.recent("");
-        summary.rollout_head = self.rollouts.head();
-        summary.rollout_loaded = self.rollouts.loaded_revision();
-        summary
+        builder.build()
     }
 }
 

@@ -47,7 +47,11 @@ impl StreamMachine {
         if subscriptions {
             // Shared with every stream that subscribes alike.
             entry.subscriptions = crate::intern::descriptions(ty.describe_subscriptions());
-            entry.summary = crate::status::shared_summary(ty.summary_subscriptions());
+            let summary = crate::status::shared_summary(ty.summary_subscriptions());
+            if !std::sync::Arc::ptr_eq(&summary, &entry.summary) {
+                entry.summary = summary;
+                crate::status::summary_inputs_changed();
+            }
             entry.params = ty.default_params.clone();
         }
         if let Some(sources) = sources {
@@ -88,6 +92,7 @@ pub(super) fn type_entry<'a>(status: &'a mut ClientStatus, type_url: &str) -> &'
         type_url: type_url.to_owned(),
         ..Default::default()
     });
+    crate::status::summary_inputs_changed();
     // Types are added a few times per stream: room for exactly them, not for twice as many.
     status.types.shrink_to_fit();
     status

@@ -80,31 +80,37 @@ fn record_refusals(rollout: &mut StreamRollout, refusals: Vec<Refusal>, response
 }
 
 /// After a request of the client, its answers recorded: the subscriptions it changed go to
-/// the registry, then the stream catches up with its inbox and computes, and the computation
-/// and the client's refusals are recorded. An answer and nothing else to do (an ACK, nearly
-/// always) skips the catch-up and the computation, which would find nothing to send and
-/// decide nothing: marks that came meanwhile raised the task's wake, and its next turn
-/// computes them. Not a refusal: on SotW one counts only if no whole state follows it at
-/// once, and that is for the computation to say.
-pub(super) async fn after_request(
+/// the registry; then whether the stream must catch up with its inbox and compute
+/// ([`after_request`]). An answer and nothing else to do (an ACK, nearly always) need not:
+/// the computation would find nothing to send and decide nothing, and marks that came
+/// meanwhile raised the task's wake, so its next turn computes them. Not a refusal: on SotW
+/// one counts only if no whole state follows it at once, and that is for the computation to
+/// say. Not async: the computation's future, hundreds of bytes, is only made when it runs.
+pub(super) fn computes_after_request(
     (registry, id): (&Registry, u64),
-    inbox: &Inbox,
-    rollout: &mut StreamRollout,
+    rollout: &StreamRollout,
     machine: &mut StreamMachine,
     outcome: &RequestOutcome,
-    refusals: Vec<Refusal>,
-) -> Vec<Response> {
+) -> bool {
     // Interest first, then the snapshot: no change can slip in between.
     if outcome.interest_changed {
         registry.set_interest(id, machine.interest());
     }
-    if !outcome.interest_changed
-        && outcome.nacks.is_empty()
-        && !rollout.waits_on_computation()
-        && machine.rest_if_quiet()
-    {
-        return Vec::new();
-    }
+    outcome.interest_changed
+        || !outcome.nacks.is_empty()
+        || rollout.waits_on_computation()
+        || !machine.rest_if_quiet()
+}
+
+/// The computation after a request ([`computes_after_request`]): the stream catches up with
+/// its inbox and computes, and the computation and the client's refusals are recorded.
+pub(super) async fn after_request(
+    registry: &Registry,
+    inbox: &Inbox,
+    rollout: &mut StreamRollout,
+    machine: &mut StreamMachine,
+    refusals: Vec<Refusal>,
+) -> Vec<Response> {
     let (responses, _) = catch_up_and_compute(registry, inbox, rollout, machine).await;
     record_refusals(rollout, refusals, &responses);
     responses

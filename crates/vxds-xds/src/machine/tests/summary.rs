@@ -175,3 +175,62 @@ fn streams_that_subscribe_alike_share_their_summary_and_descriptions() {
     assert!(Arc::ptr_eq(&a.2, &other.2));
     assert_eq!(a.1.len(), 2, "{:?}", a.1);
 }
+
+/// The registry's summary follows every change of what it reads — a new subscription, the
+/// node, another stream, one leaving — though it walks the streams only after such a change.
+#[test]
+fn the_registry_summary_follows_subscriptions_nodes_and_streams() {
+    let registry = Arc::new(crate::Registry::new(Arc::new(Snapshot::default())));
+    let entries = |registry: &crate::Registry| -> Vec<(Subscription, u64, Vec<String>)> {
+        let summary = registry.summary();
+        (summary.entries.iter())
+            .map(|e| (e.subscription.clone(), e.streams, e.sample_nodes.clone()))
+            .collect()
+    };
+    let web = Subscription::Name("web".into());
+    let api = Subscription::Name("api".into());
+
+    let mut m = delta_machine();
+    let first = registry.register(1, m.status());
+    assert_eq!(registry.summary().streams, 1);
+    assert!(entries(&registry).is_empty());
+
+    m.on_delta_request(delta_request(ROUTE, &["web"], &[], ""))
+        .unwrap();
+    assert_eq!(entries(&registry), [(web.clone(), 1, vec![])]);
+    // Unchanged: the same summary again.
+    assert_eq!(entries(&registry), [(web.clone(), 1, vec![])]);
+
+    // The node alone, no subscription changed.
+    let mut request = delta_request(ROUTE, &[], &[], "");
+    request.node = Some(node_with(ROUTE, &[]));
+    m.on_delta_request(request).unwrap();
+    let node = m.status().lock().unwrap().node_id.clone();
+    assert!(!node.is_empty());
+    assert_eq!(entries(&registry), [(web.clone(), 1, vec![node.clone()])]);
+
+    m.on_delta_request(delta_request(ROUTE, &["api"], &[], ""))
+        .unwrap();
+    let mut seen = entries(&registry);
+    seen.sort();
+    let mut want = vec![
+        (api.clone(), 1, vec![node.clone()]),
+        (web.clone(), 1, vec![node.clone()]),
+    ];
+    want.sort();
+    assert_eq!(seen, want);
+
+    let mut other = delta_machine();
+    let second = registry.register(2, other.status());
+    other
+        .on_delta_request(delta_request(ROUTE, &["web"], &[], ""))
+        .unwrap();
+    assert_eq!(registry.summary().streams, 2);
+    assert!(entries(&registry).contains(&(web.clone(), 2, vec![node.clone()])));
+
+    drop(first);
+    assert_eq!(registry.summary().streams, 1);
+    assert_eq!(entries(&registry), [(web, 1, vec![])]);
+    drop(second);
+    assert_eq!(registry.summary().streams, 0);
+}

@@ -54,7 +54,7 @@ impl TypeState {
     /// nothing of that type any more (Envoy drops responses for unwatched types), so nothing
     /// may wait for such an answer, and nothing is sent.
     pub fn release_if_unwatched(&mut self) {
-        if self.seen_request && !self.wildcard() && self.subscription_count() == 0 {
+        if self.seen_request && !self.wildcard() && !self.has_subscriptions() {
             self.outstanding.clear();
             self.unacked.clear();
             self.unanswered = 0;

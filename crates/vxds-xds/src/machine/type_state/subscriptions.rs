@@ -6,6 +6,14 @@
 use super::*;
 
 impl TypeState {
+    /// Whether anything is subscribed to by name, locator or glob (the wildcard aside): asked
+    /// on every request, so it stops at the first, where counting visits every locator.
+    pub fn has_subscriptions(&self) -> bool {
+        !self.names.is_empty()
+            || !self.globs.is_empty()
+            || self.locators.values().any(|l| !l.params.is_empty())
+    }
+
     pub fn subscription_count(&self) -> usize {
         let locators: usize = self.locators.values().map(|l| l.params.len()).sum();
         self.names.len() + locators + self.globs.len()

@@ -87,12 +87,19 @@ impl Stream {
         }
         let refusals = record_answers(&mut self.rollout, &self.machine, &outcome, nonce);
         // The stream task's own path after a request.
-        after_request(
+        if !computes_after_request(
             (&self.registry, self.id),
+            &self.rollout,
+            &mut self.machine,
+            &outcome,
+        ) {
+            return Vec::new();
+        }
+        after_request(
+            &self.registry,
             &self.reg.inbox,
             &mut self.rollout,
             &mut self.machine,
-            &outcome,
             refusals,
         )
         .await
