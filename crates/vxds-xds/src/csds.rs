@@ -148,7 +148,7 @@ fn node(client: &ClientStatus) -> Node {
                 .iter()
                 .map(|(k, source)| (k.clone(), text(source)))
                 .collect();
-            (t.type_url.clone(), object(by_key))
+            (t.type_url.to_owned(), object(by_key))
         })
         .collect();
     if !sources.is_empty() {
@@ -163,7 +163,7 @@ fn node(client: &ClientStatus) -> Node {
             .filter(|t| !t.params.is_empty())
             .map(|t| {
                 let params = t.params.0.clone().into_iter().collect();
-                (t.type_url.clone(), ContextParams { params })
+                (t.type_url.to_owned(), ContextParams { params })
             })
             .collect(),
         metadata: (!vxds.is_empty()).then(|| Struct {
@@ -231,7 +231,7 @@ fn generic_configs(ty: &TypeStatus, exclude_contents: bool) -> Vec<GenericXdsCon
     ty.resources
         .iter()
         .map(|r| GenericXdsConfig {
-            type_url: ty.type_url.clone(),
+            type_url: ty.type_url.to_owned(),
             name: r.name.to_string(),
             version_info: r.version.to_string(),
             xds_config: if redact {

@@ -152,17 +152,23 @@ impl Answer {
         let entry = status.types.iter().find(|t| t.type_url == type_url)?;
         let (version, nonce, message, at) = if nacked {
             let n = entry.last_nacked.as_ref()?;
-            (&n.version, &n.nonce, Some(n.message.clone()), n.at.clone())
+            let message = Some(n.message.clone());
+            (n.version.clone(), n.nonce.clone(), message, n.at.clone())
         } else {
             let a = entry.last_acked.as_ref()?;
-            (&a.version, &a.nonce, None, a.at.rfc3339())
+            (
+                a.version.to_string(),
+                a.nonce.to_string(),
+                None,
+                a.at.rfc3339(),
+            )
         };
         Some(Self {
             stream_id: status.stream_id,
             node_id: status.node_id.clone(),
             type_url: type_url.to_owned(),
-            version: version.clone(),
-            nonce: nonce.clone(),
+            version,
+            nonce,
             message,
             at,
         })

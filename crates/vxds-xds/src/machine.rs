@@ -113,7 +113,7 @@ pub struct RequestOutcome {
     pub unknown_type: Option<UnknownType>,
     /// Delta: the type and the names the client unsubscribed from (rollout tracking: what it
     /// refused of them, or was to fetch of them, is behind it).
-    pub unsubscribed: Option<(String, Vec<String>)>,
+    pub unsubscribed: Option<(&'static str, Vec<String>)>,
 }
 
 /// Type URLs a request answered: one, nearly always.
@@ -134,8 +134,10 @@ pub struct StreamMachine {
     config: Arc<MachineConfig>,
     node: Option<Node>,
     wrap_all: bool,
-    /// Boxed: a map node holds eleven values inline, and a `TypeState` is large.
-    types: BTreeMap<String, Box<TypeState>>,
+    /// Boxed: a map node holds eleven values inline, and a `TypeState` is large. Keyed by the
+    /// interned type URL (`types::intern`): a lookup compares the request's text with bytes
+    /// every stream shares, in cache, not with a copy of the stream's own.
+    types: BTreeMap<&'static str, Box<TypeState>>,
     nonce: u64,
     status: Arc<Mutex<ClientStatus>>,
     /// What the client's identity says; no source the client controls overrides these.
@@ -247,7 +249,7 @@ impl StreamMachine {
         let mut interest: StreamInterest = self
             .types
             .iter()
-            .map(|(t, s)| (t.clone(), s.interest()))
+            .map(|(t, s)| ((*t).to_owned(), s.interest()))
             .collect();
         // List collections watch their members (and stored collections) in other types.
         for state in self.types.values() {
@@ -287,15 +289,15 @@ impl StreamMachine {
             known.dynamic_parameters = node.dynamic_parameters.clone();
             known.metadata = node.metadata.clone();
         }
-        let type_urls: Vec<String> = self.types.keys().cloned().collect();
+        let type_urls: Vec<&'static str> = self.types.keys().copied().collect();
         for type_url in type_urls {
-            let params = self.default_params(&type_url);
+            let params = self.default_params(type_url);
             let changed = self
                 .types
-                .get_mut(&type_url)
+                .get_mut(type_url)
                 .is_some_and(|ty| ty.set_default_params(params));
             if changed {
-                self.refresh_status(&type_url, true);
+                self.refresh_status(type_url, true);
             }
         }
     }
@@ -303,17 +305,20 @@ impl StreamMachine {
     /// The type a request is for; `None` for a type URL that names no message of the Envoy
     /// API on ADS: such a request is ignored and the stream lives (grpc-go's rule; ending the
     /// stream would make the client reconnect at once, in a loop, with a full push each time).
-    fn type_url<'a>(&self, requested: &'a str) -> Result<Option<&'a str>, Status> {
+    /// Interned (`types::intern`): known types are few, and every stream shares their text.
+    fn type_url(&self, requested: &str) -> Result<Option<&'static str>, Status> {
         match self.service.type_url {
             None if requested.is_empty() => {
                 Err(Status::invalid_argument("type_url is required on ADS"))
             }
-            None if self.types.contains_key(requested) => Ok(Some(requested)),
             None => {
+                if let Some((&known, _)) = self.types.get_key_value(requested) {
+                    return Ok(Some(known));
+                }
                 let known = requested
                     .strip_prefix(vxds_envoy::resource::TYPE_URL_PREFIX)
                     .is_some_and(|name| vxds_envoy::descriptors::message(name).is_some());
-                Ok(known.then_some(requested))
+                Ok(known.then(|| types::intern(requested)))
             }
             Some(fixed) if requested.is_empty() || requested == fixed => Ok(Some(fixed)),
             Some(fixed) => Err(Status::invalid_argument(format!(
@@ -347,7 +352,7 @@ impl StreamMachine {
         }
     }
 
-    fn type_state(&mut self, type_url: &str) -> Result<&mut TypeState, Status> {
+    fn type_state(&mut self, type_url: &'static str) -> Result<&mut TypeState, Status> {
         if !self.types.contains_key(type_url) {
             if self.types.len() >= self.config.max_types {
                 return Err(Status::resource_exhausted(format!(
@@ -365,7 +370,7 @@ impl StreamMachine {
                     .iter()
                     .any(|f| f == vxds_envoy::collections::INLINE_ENTRIES_FEATURE)
             });
-            self.types.insert(type_url.to_owned(), Box::new(state));
+            self.types.insert(type_url, Box::new(state));
         }
         Ok(self.types.get_mut(type_url).expect("just inserted"))
     }
@@ -397,7 +402,7 @@ impl StreamMachine {
     /// A SotW request.
     pub fn on_sotw_request(&mut self, request: DiscoveryRequest) -> Result<RequestOutcome, Status> {
         self.update_node(request.node.as_ref());
-        let Some(type_url) = self.type_url(&request.type_url)?.map(str::to_owned) else {
+        let Some(type_url) = self.type_url(&request.type_url)? else {
             return Ok(self.unknown_type(&request.type_url));
         };
         let mut outcome = RequestOutcome::default();
@@ -408,13 +413,13 @@ impl StreamMachine {
             .map(|l| (l.name.clone(), self.locator_params(&l.dynamic_parameters)))
             .collect();
         config::refuse_secret_globs(
-            &type_url,
+            type_url,
             request
                 .resource_names
                 .iter()
                 .chain(request.resource_locators.iter().map(|l| &l.name)),
         )?;
-        let ty = self.type_state(&type_url)?;
+        let ty = self.type_state(type_url)?;
         if !request.response_nonce.is_empty() {
             // Not the latest response's nonce: a later response superseded what this request
             // answers, so it is stale: no answer to the latest, but an ACK of a superseded
@@ -428,9 +433,7 @@ impl StreamMachine {
                 .is_some_and(|last| type_state::nonce_seq(&request.response_nonce) != Some(last));
             if stale {
                 if ty.answer_superseded(&request.response_nonce, request.error_detail.is_none()) {
-                    outcome
-                        .superseded_acks
-                        .push(crate::types::intern(&type_url));
+                    outcome.superseded_acks.push(type_url);
                 }
             } else if let Some(ack) = ty.answer(
                 &request.response_nonce,
@@ -439,7 +442,7 @@ impl StreamMachine {
             ) {
                 record_ack(
                     &mut outcome,
-                    &type_url,
+                    type_url,
                     ack,
                     &request.response_nonce,
                     &status,
@@ -451,7 +454,7 @@ impl StreamMachine {
         let wildcard_before = ty.wildcard();
         let names_empty = request.resource_names.is_empty() && locators.is_empty();
         if first {
-            ty.set_legacy_wildcard(names_empty && legacy_wildcard(&type_url));
+            ty.set_legacy_wildcard(names_empty && legacy_wildcard(type_url));
             ty.force_send = true;
         } else if !names_empty {
             ty.set_legacy_wildcard(false);
@@ -465,7 +468,7 @@ impl StreamMachine {
         ty.release_if_unwatched();
         // Most requests are ACKs: the registry and the status are only touched on a change.
         outcome.interest_changed = changed || first || ty.wildcard() != wildcard_before;
-        self.settle_request(&type_url, outcome.interest_changed)?;
+        self.settle_request(type_url, outcome.interest_changed)?;
         Ok(outcome)
     }
 
@@ -475,7 +478,7 @@ impl StreamMachine {
         request: DeltaDiscoveryRequest,
     ) -> Result<RequestOutcome, Status> {
         self.update_node(request.node.as_ref());
-        let Some(type_url) = self.type_url(&request.type_url)?.map(str::to_owned) else {
+        let Some(type_url) = self.type_url(&request.type_url)? else {
             return Ok(self.unknown_type(&request.type_url));
         };
         let mut outcome = RequestOutcome::default();
@@ -491,13 +494,13 @@ impl StreamMachine {
             .map(|l| (l.name.as_str(), self.locator_params(&l.dynamic_parameters)))
             .collect();
         config::refuse_secret_globs(
-            &type_url,
+            type_url,
             request
                 .resource_names_subscribe
                 .iter()
                 .chain(request.resource_locators_subscribe.iter().map(|l| &l.name)),
         )?;
-        let ty = self.type_state(&type_url)?;
+        let ty = self.type_state(type_url)?;
         if !request.response_nonce.is_empty()
             && let Some(ack) = ty.answer(
                 &request.response_nonce,
@@ -507,7 +510,7 @@ impl StreamMachine {
         {
             record_ack(
                 &mut outcome,
-                &type_url,
+                type_url,
                 ack,
                 &request.response_nonce,
                 &status,
@@ -523,7 +526,7 @@ impl StreamMachine {
             }
             let nothing = request.resource_names_subscribe.is_empty()
                 && request.resource_locators_subscribe.is_empty();
-            ty.set_legacy_wildcard(nothing && legacy_wildcard(&type_url));
+            ty.set_legacy_wildcard(nothing && legacy_wildcard(type_url));
         }
         // A name subscribed on top of the legacy wildcard continues it (xds_protocol: only
         // unsubscribing `*` ends it); Envoy's on-demand CDS does exactly this.
@@ -587,7 +590,7 @@ impl StreamMachine {
             || !request.resource_locators_subscribe.is_empty()
             || !request.resource_names_unsubscribe.is_empty()
             || !request.resource_locators_unsubscribe.is_empty();
-        self.settle_request(&type_url, outcome.interest_changed)?;
+        self.settle_request(type_url, outcome.interest_changed)?;
         if !unsubscribed.is_empty() {
             outcome.unsubscribed = Some((type_url, unsubscribed));
         }

@@ -168,7 +168,9 @@ pub(crate) enum PerType {
 /// series appears only once it counts something. A stream speaks a few types: a short list.
 #[derive(Debug, Default)]
 pub(crate) struct TypeCounters {
-    handles: Vec<(PerType, String, Counter)>,
+    /// By interned type URL (`crate::types::intern`): the search compares bytes every stream
+    /// shares, in cache, not a copy of the stream's own.
+    handles: Vec<(PerType, &'static str, Counter)>,
 }
 
 impl TypeCounters {
@@ -176,7 +178,7 @@ impl TypeCounters {
         let found = self
             .handles
             .iter()
-            .position(|(w, t, _)| *w == which && t == type_url);
+            .position(|(w, t, _)| *w == which && *t == type_url);
         let i = match found {
             Some(i) => i,
             None => {
@@ -190,7 +192,8 @@ impl TypeCounters {
                     type_url: type_url.to_owned(),
                 };
                 let counter = family.get_or_create(&labels).clone();
-                self.handles.push((which, labels.type_url, counter));
+                self.handles
+                    .push((which, crate::types::intern(type_url), counter));
                 self.handles.len() - 1
             }
         };

@@ -270,6 +270,28 @@ struct Indexes {
     by_collection: HashMap<(String, String), IdSet>,
 }
 
+/// The sets of streams a change to `key` concerns, of those that exist: by name, by wildcard,
+/// by collection.
+fn concerned<'i>(indexes: &'i Indexes, key: &ChangedKey) -> [Option<&'i IdSet>; 3] {
+    let by_name = indexes
+        .by_name
+        .get(&(key.type_url.to_string(), key.name.clone()));
+    let wildcard = indexes.wildcard.get(key.type_url.as_str());
+    let by_collection = if indexes.by_collection.is_empty() {
+        None
+    } else {
+        XdstpUrn::parse(&key.name)
+            .ok()
+            .and_then(|u| u.collection())
+            .and_then(|collection| {
+                indexes
+                    .by_collection
+                    .get(&(key.type_url.to_string(), collection.to_string()))
+            })
+    };
+    [by_name, wildcard, by_collection]
+}
+
 impl Indexes {
     fn unindex(&mut self, id: u64, interest: &StreamInterest) {
         for (type_url, i) in interest {
@@ -550,10 +572,17 @@ impl Registry {
         }
         match &changed {
             Some(changed) => {
-                let targets = self.targets(changed);
                 let mut added = 0;
-                for (inbox, keys) in targets.into_values() {
-                    added += self.rollout_evicted(inbox.mark(keys, revision, epoch));
+                if let [key] = &changed[..]
+                    && let Some(inboxes) = self.sole_targets(key)
+                {
+                    for inbox in &inboxes {
+                        added += self.rollout_evicted(inbox.mark([key], revision, epoch));
+                    }
+                } else {
+                    for (inbox, keys) in self.targets(changed).into_values() {
+                        added += self.rollout_evicted(inbox.mark(keys, revision, epoch));
+                    }
                 }
                 self.rollouts.marked_by(revision, added);
             }
@@ -576,6 +605,23 @@ impl Registry {
         self.rollouts.published(revision);
     }
 
+    /// The inboxes of the streams `key` concerns when they are one set of the index (by name,
+    /// by wildcard or by collection), each once: the common revision, one resource changed
+    /// for the streams that name it or for every wildcard stream. `None` when several sets
+    /// overlap: then [`Self::targets`] merges them per stream.
+    fn sole_targets(&self, key: &ChangedKey) -> Option<Vec<Arc<Inbox>>> {
+        let indexes = self.indexes.lock().ok()?;
+        let mut sets = concerned(&indexes, key).into_iter().flatten();
+        let Some(ids) = sets.next() else {
+            return Some(Vec::new());
+        };
+        if sets.next().is_some() {
+            return None;
+        }
+        let streams = ids.iter().filter_map(|id| indexes.streams.get(id));
+        Some(streams.map(|entry| entry.inbox.clone()).collect())
+    }
+
     /// The streams each changed resource concerns, looked up a chunk at a time. A stream's
     /// keys are held inline up to two (most revisions change one resource a stream sees).
     fn targets<'a>(&self, changed: &'a [ChangedKey]) -> HashMap<u64, Target<'a>, Ids> {
@@ -585,23 +631,7 @@ impl Registry {
                 return targets;
             };
             for key in chunk {
-                let by_name = indexes
-                    .by_name
-                    .get(&(key.type_url.to_string(), key.name.clone()));
-                let wildcard = indexes.wildcard.get(key.type_url.as_str());
-                let by_collection = if indexes.by_collection.is_empty() {
-                    None
-                } else {
-                    XdstpUrn::parse(&key.name)
-                        .ok()
-                        .and_then(|u| u.collection())
-                        .and_then(|collection| {
-                            indexes
-                                .by_collection
-                                .get(&(key.type_url.to_string(), collection.to_string()))
-                        })
-                };
-                for ids in [by_name, wildcard, by_collection].into_iter().flatten() {
+                for ids in concerned(&indexes, key).into_iter().flatten() {
                     if targets.is_empty() {
                         targets.reserve(ids.len());
                     }

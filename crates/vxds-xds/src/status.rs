@@ -54,7 +54,9 @@ pub type ParamSources = BTreeMap<String, &'static str>;
 #[derive(Clone, Debug, Default, Serialize)]
 #[cfg_attr(feature = "openapi", derive(utoipa::ToSchema))]
 pub struct TypeStatus {
-    pub type_url: String,
+    /// Interned (`crate::types::intern`): shared by every stream's status.
+    #[cfg_attr(feature = "openapi", schema(value_type = String))]
+    pub type_url: &'static str,
     /// The dynamic parameters plain-name subscriptions resolve with.
     // Shared with the stream's state and every stream with equal parameters (`intern`).
     #[cfg_attr(feature = "openapi", schema(value_type = BTreeMap<String, String>))]
@@ -143,22 +145,81 @@ impl Serialize for HeldResources {
     }
 }
 
+/// The last response sent. Written on every stream for every response, so nothing in it is
+/// the stream's own text: the version is the response's (shared by every stream sent the
+/// same), the nonce a number.
 #[derive(Clone, Debug, Default, Serialize)]
 #[cfg_attr(feature = "openapi", derive(utoipa::ToSchema))]
 pub struct SentVersion {
-    pub version: String,
-    pub nonce: String,
+    #[cfg_attr(feature = "openapi", schema(value_type = String))]
+    pub version: Arc<str>,
+    #[cfg_attr(feature = "openapi", schema(value_type = String))]
+    pub nonce: Nonce,
     #[cfg_attr(feature = "openapi", schema(value_type = String))]
     pub at: Stamp,
 }
 
+/// The last response accepted, as [`SentVersion`]: written on every stream for every ACK.
 #[derive(Clone, Debug, Default, Serialize)]
 #[cfg_attr(feature = "openapi", derive(utoipa::ToSchema))]
 pub struct Acked {
-    pub version: String,
-    pub nonce: String,
+    #[cfg_attr(feature = "openapi", schema(value_type = String))]
+    pub version: Arc<str>,
+    #[cfg_attr(feature = "openapi", schema(value_type = String))]
+    pub nonce: Nonce,
     #[cfg_attr(feature = "openapi", schema(value_type = String))]
     pub at: Stamp,
+}
+
+/// A nonce, read as text. The server's nonces are sequence numbers, held as numbers; any other
+/// text (a client may echo anything) is kept as it came. Equal texts are equal nonces.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub enum Nonce {
+    Seq(u64),
+    Text(Box<str>),
+}
+
+impl Nonce {
+    pub fn new(text: &str) -> Self {
+        // Only the number's own spelling: "007" or "+7" stay text, so that they read back as
+        // sent and differ from "7".
+        let canonical = text.bytes().all(|b| b.is_ascii_digit())
+            && !text.is_empty()
+            && (text == "0" || !text.starts_with('0'));
+        match text.parse() {
+            Ok(seq) if canonical => Nonce::Seq(seq),
+            _ => Nonce::Text(text.into()),
+        }
+    }
+
+    /// The sequence number it carries; 0 for other text.
+    pub fn seq(&self) -> u64 {
+        match self {
+            Nonce::Seq(seq) => *seq,
+            Nonce::Text(text) => text.parse().unwrap_or(0),
+        }
+    }
+}
+
+impl Default for Nonce {
+    fn default() -> Self {
+        Nonce::Text(Box::from(""))
+    }
+}
+
+impl std::fmt::Display for Nonce {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        match self {
+            Nonce::Seq(seq) => write!(f, "{seq}"),
+            Nonce::Text(text) => f.write_str(text),
+        }
+    }
+}
+
+impl Serialize for Nonce {
+    fn serialize<S: serde::Serializer>(&self, serializer: S) -> Result<S::Ok, S::Error> {
+        serializer.collect_str(self)
+    }
 }
 
 /// A moment, as RFC 3339 text when read (empty when unset). Every stream stamps every response
@@ -225,7 +286,7 @@ impl TypeStatus {
     /// Whether the last response sent has been refused and nothing later accepted.
     pub fn in_error(&self) -> bool {
         match (&self.last_nacked, &self.last_acked) {
-            (Some(n), Some(a)) => nonce_order(&n.nonce) > nonce_order(&a.nonce),
+            (Some(n), Some(a)) => nonce_order(&n.nonce) > a.nonce.seq(),
             (Some(_), None) => true,
             _ => false,
         }

@@ -107,7 +107,7 @@ mod tests {
         Arc::new(Mutex::new(ClientStatus {
             node_id: node.to_owned(),
             types: vec![TypeStatus {
-                type_url: ROUTE.to_owned(),
+                type_url: ROUTE,
                 summary: Arc::from([SubscriptionGroup {
                     type_url: ROUTE.to_owned(),
                     params: Arc::new(params.clone()),

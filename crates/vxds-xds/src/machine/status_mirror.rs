@@ -1,7 +1,8 @@
 //! The status mirror: what a stream's client holds, was sent and answered, copied into the
 //! shared `ClientStatus` that `/v1/clients`, CSDS and the summaries read. Written once per
-//! response and per answer on every stream, so the last-sent and last-acked strings are
-//! rewritten in place.
+//! response and per answer on every stream, so what it writes then is shared or a number
+//! (versions, interned type URLs, nonces): no text of the stream's own, out of cache by the
+//! time the next revision comes, is read or written.
 
 use std::sync::Mutex;
 
@@ -9,7 +10,7 @@ use vxds_envoy::pb::envoy::config::core::v3::Node;
 
 use super::type_state::{Ack, HeldChanges, TypeState};
 use super::{RequestOutcome, Response, StreamMachine, now};
-use crate::status::{Acked, ClientStatus, Nacked, SentVersion, Stamp, TypeStatus};
+use crate::status::{Acked, ClientStatus, Nacked, Nonce, SentVersion, Stamp, TypeStatus};
 use crate::types::push_rank;
 
 impl StreamMachine {
@@ -24,10 +25,11 @@ impl StreamMachine {
         };
         let entry = type_entry(&mut status, type_url);
         // Once per response on every stream: the strings are rewritten in place.
-        let sent = entry.last_sent.get_or_insert_with(SentVersion::default);
-        overwrite(&mut sent.version, version);
-        overwrite(&mut sent.nonce, response.nonce());
-        sent.at = Stamp::now();
+        entry.last_sent = Some(SentVersion {
+            version: version.clone(),
+            nonce: Nonce::new(response.nonce()),
+            at: Stamp::now(),
+        });
         // What the client holds changed; its subscriptions did not.
         if let Some(ty) = self.types.get_mut(type_url) {
             apply_held_changes(ty, entry);
@@ -73,23 +75,14 @@ pub(super) fn apply_held_changes(ty: &mut TypeState, entry: &mut TypeStatus) {
     }
 }
 
-/// `*to = from`, reusing `to`'s allocation — unless it is far larger than `from` needs
-/// (a client's version text can be megabytes once): then it is let go.
-pub(super) fn overwrite(to: &mut String, from: &str) {
-    if to.capacity() > from.len().max(64) * 4 {
-        *to = from.to_owned();
-        return;
-    }
-    to.clear();
-    to.push_str(from);
-}
-
+/// The entry of `type_url`, added if new. Entries name their type by its interned text: the
+/// search compares bytes every stream shares, in cache.
 pub(super) fn type_entry<'a>(status: &'a mut ClientStatus, type_url: &str) -> &'a mut TypeStatus {
     if let Some(i) = status.types.iter().position(|t| t.type_url == type_url) {
         return &mut status.types[i];
     }
     status.types.push(TypeStatus {
-        type_url: type_url.to_owned(),
+        type_url: crate::types::intern(type_url),
         ..Default::default()
     });
     crate::status::summary_inputs_changed();
@@ -97,7 +90,7 @@ pub(super) fn type_entry<'a>(status: &'a mut ClientStatus, type_url: &str) -> &'
     status.types.shrink_to_fit();
     status
         .types
-        .sort_by_key(|t| (push_rank(&t.type_url), t.type_url.clone()));
+        .sort_by_key(|t| (push_rank(t.type_url), t.type_url));
     let i = status
         .types
         .iter()
@@ -108,7 +101,7 @@ pub(super) fn type_entry<'a>(status: &'a mut ClientStatus, type_url: &str) -> &'
 
 pub(super) fn record_ack(
     outcome: &mut RequestOutcome,
-    type_url: &str,
+    type_url: &'static str,
     ack: Ack,
     nonce: &str,
     status: &Mutex<ClientStatus>,
@@ -119,15 +112,15 @@ pub(super) fn record_ack(
     let entry = type_entry(&mut status, type_url);
     match ack {
         Ack::Acked { version } => {
-            outcome.acks.push(crate::types::intern(type_url));
-            // Once per ACK on every stream: the strings are rewritten in place.
-            let acked = entry.last_acked.get_or_insert_with(Acked::default);
-            overwrite(&mut acked.version, &version);
-            overwrite(&mut acked.nonce, nonce);
-            acked.at = Stamp::now();
+            outcome.acks.push(type_url);
+            entry.last_acked = Some(Acked {
+                version,
+                nonce: Nonce::new(nonce),
+                at: Stamp::now(),
+            });
         }
         Ack::Nacked { version, message } => {
-            outcome.nacks.push(crate::types::intern(type_url));
+            outcome.nacks.push(type_url);
             entry.last_nacked = Some(Nacked {
                 version: version.to_string(),
                 nonce: nonce.to_owned(),

@@ -58,7 +58,7 @@ impl StreamMachine {
                         _ => None,
                     };
                     self.dependencies.push(Dependency {
-                        from_type: from_type.clone(),
+                        from_type: (*from_type).to_owned(),
                         from_name: from_name.clone(),
                         type_url,
                         name: name.clone(),

@@ -273,8 +273,5 @@ fn delta_unsubscriptions_are_reported() {
     let outcome = m
         .on_delta_request(delta_request(ROUTE, &[], &["r"], ""))
         .unwrap();
-    assert_eq!(
-        outcome.unsubscribed,
-        Some((ROUTE.to_owned(), vec!["r".to_owned()]))
-    );
+    assert_eq!(outcome.unsubscribed, Some((ROUTE, vec!["r".to_owned()])));
 }
