@@ -41,6 +41,7 @@ use tracing::{debug, info};
 
 use crate::identity::PeerInfo;
 use crate::metrics::{ClosedLabels, XdsMetrics};
+use crate::woken::WhenWoken;
 
 /// How the server treats its connections.
 #[derive(Clone, Debug)]
@@ -244,7 +245,38 @@ async fn serve_connection<IO>(
 
     let age = config.max_age.map(|age| age.mul_f64(0.9 + 0.2 * spread(n)));
     let drain_delay = config.drain_window.mul_f64(spread(n));
+    // What closes the connection besides its peer, in one future polled only when one of
+    // them woke it (`WhenWoken`): the connection's task wakes for every frame, and a select
+    // polls all its branches each time — a timer, a watch and the revocation lists, per frame.
+    let watchdogs = WhenWoken::new(async {
+        tokio::select! {
+            () = async {
+                tokio::time::sleep(config.keepalive_timeout).await;
+                if heard.load(Ordering::Relaxed) {
+                    std::future::pending::<()>().await;
+                }
+            } => "silent",
+            () = async {
+                match age {
+                    Some(age) => tokio::time::sleep(age).await,
+                    None => std::future::pending().await,
+                }
+            } => "max_age",
+            () = async {
+                let _ = draining.wait_for(|d| *d).await;
+                tokio::time::sleep(drain_delay).await;
+            } => "drain",
+            () = until_revoked(config.revoked.clone(), certificate) => {
+                info!(
+                    remote = ?remote,
+                    "a client certificate was revoked (the reloaded CRL lists it); its connection is closed"
+                );
+                "revoked"
+            }
+        }
+    });
     let reason = tokio::select! {
+        biased;
         result = connection.as_mut() => {
             let reason = match &result {
                 Ok(()) => "client",
@@ -257,34 +289,16 @@ async fn serve_connection<IO>(
             }
             return;
         }
-        () = async {
-            tokio::time::sleep(config.keepalive_timeout).await;
-            if heard.load(Ordering::Relaxed) {
-                std::future::pending::<()>().await;
-            }
-        } => {
-            metrics.connections_closed.get_or_create(&ClosedLabels { reason: "silent" }).inc();
-            debug!("an xDS connection sent nothing within the keepalive timeout; closed");
-            return;
-        }
-        () = async {
-            match age {
-                Some(age) => tokio::time::sleep(age).await,
-                None => std::future::pending().await,
-            }
-        } => "max_age",
-        () = async {
-            let _ = draining.wait_for(|d| *d).await;
-            tokio::time::sleep(drain_delay).await;
-        } => "drain",
-        () = until_revoked(config.revoked.clone(), certificate) => {
-            info!(
-                remote = ?remote,
-                "a client certificate was revoked (the reloaded CRL lists it); its connection is closed"
-            );
-            "revoked"
-        }
+        reason = watchdogs => reason,
     };
+    if reason == "silent" {
+        metrics
+            .connections_closed
+            .get_or_create(&ClosedLabels { reason })
+            .inc();
+        debug!("an xDS connection sent nothing within the keepalive timeout; closed");
+        return;
+    }
     // Streams end with UNAVAILABLE (clients reconnect; PERMISSION_DENIED when revoked); GOAWAY
     // refuses new ones; the connection closes when its streams are done, or is cut after the
     // grace period.

@@ -30,6 +30,7 @@ pub mod status;
 pub mod summary;
 pub mod types;
 pub mod wire;
+mod woken;
 
 use std::future::Future;
 use std::sync::Arc;

@@ -32,6 +32,7 @@ use crate::registry::{Registry, wake};
 use crate::rollout::StreamRollout;
 use crate::types::{Method, ServiceSpec};
 use crate::wire::{self, DeltaResponse, FastDecode, SotwResponse};
+use crate::woken::WhenWoken;
 
 mod tracking;
 
@@ -556,13 +557,21 @@ async fn run_stream<Req, Resp>(
     let mut counters = TypeCounters::default();
     // The futures every turn of the loop waits on besides the request, made once: made anew
     // on every request, each registered and unregistered a waiter under its notifier's lock,
-    // on every stream for every ACK. The one-shot ones (the connection closing, the client
-    // leaving) end the task. Marks and heartbeats wake it through `registration.wake`,
-    // whose poll is an atomic load and a waker's re-registration.
-    let closing = until_closing(&mut connection);
-    tokio::pin!(closing);
-    let left = out.closed();
-    tokio::pin!(left);
+    // on every stream for every ACK. The one-shot ones (the client leaving, the connection
+    // closing) end the task: one future, polled only once it woke the task (`WhenWoken`),
+    // since a select polls every branch on every turn, and their notifiers were cold cache
+    // lines on every turn of every stream. Marks and heartbeats wake the task through
+    // `registration.wake`, whose poll is an atomic load and a waker's re-registration.
+    // `None`: the client left (its responses are no longer read); else why the connection
+    // closes.
+    let endings = WhenWoken::new(async {
+        tokio::select! {
+            biased;
+            () = out.closed() => None,
+            reason = until_closing(&mut connection) => Some(reason),
+        }
+    });
+    tokio::pin!(endings);
     // When the first of what a revision waits for and the client has not asked for stops
     // being waited for (rollout tracking's grace): an idle stream wakes then, so that the
     // revision settles. One timer, reset only when the deadline moves; none armed without.
@@ -578,9 +587,10 @@ async fn run_stream<Req, Resp>(
         // than a client's requests last (rate-limited, and answers owe to what was sent).
         let responses = tokio::select! {
             biased;
-            () = &mut left => break,
-            reason = &mut closing => {
-                end_closing(&out, reason).await;
+            ending = &mut endings => {
+                if let Some(reason) = ending {
+                    end_closing(&out, reason).await;
+                }
                 break;
             }
             message = requests.message() => match message {
@@ -694,8 +704,10 @@ async fn run_stream<Req, Resp>(
         for (counted, queued) in queued {
             let sent = tokio::select! {
                 biased;
-                reason = &mut closing => {
-                    end_closing(&out, reason).await;
+                ending = &mut endings => {
+                    if let Some(reason) = ending {
+                        end_closing(&out, reason).await;
+                    }
                     return;
                 }
                 sent = out.send(queued) => sent.is_ok(),
