@@ -275,8 +275,11 @@ async fn serve_connection<IO>(
             }
         }
     });
+    // The watchdogs first: not woken, they cost a flag's read; woken, they get the task's
+    // fresh coop budget, which a flooding peer's connection would spend in full on every poll.
     let reason = tokio::select! {
         biased;
+        reason = watchdogs => reason,
         result = connection.as_mut() => {
             let reason = match &result {
                 Ok(()) => "client",
@@ -289,7 +292,6 @@ async fn serve_connection<IO>(
             }
             return;
         }
-        reason = watchdogs => reason,
     };
     if reason == "silent" {
         metrics

@@ -705,8 +705,9 @@ async fn run_stream<Req, Resp>(
             let sent = tokio::select! {
                 biased;
                 ending = &mut endings => {
-                    if let Some(reason) = ending {
-                        end_closing(&out, reason).await;
+                    match ending {
+                        Some(reason) => end_closing(&out, reason).await,
+                        None => debug!(stream = id, "the client left mid-push"),
                     }
                     return;
                 }

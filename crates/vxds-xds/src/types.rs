@@ -179,8 +179,9 @@ pub const SERVICES: [ServiceSpec; 10] = [
 ];
 
 /// `type_url` as a `&'static str`: one of the constants above, or (a type the store serves
-/// that they do not name) a copy kept for good, one per type URL. Only for type URLs of
-/// resources the server sent — a finite set — never for a client's words.
+/// that they do not name) a copy kept for good, one per type URL. Only for a finite set: type
+/// URLs of resources the server sent, or a client's that name a message of the Envoy API
+/// (`vxds_envoy::descriptors`) — never any other text a client sends.
 pub fn intern(type_url: &str) -> &'static str {
     use std::collections::HashSet;
     use std::sync::{LazyLock, Mutex};
