@@ -54,7 +54,7 @@ pub type ParamSources = BTreeMap<String, &'static str>;
 #[derive(Clone, Debug, Default, Serialize)]
 #[cfg_attr(feature = "openapi", derive(utoipa::ToSchema))]
 pub struct TypeStatus {
-    /// Interned (`crate::types::intern`): shared by every stream's status.
+    // Interned (`crate::types::intern`): shared by every stream's status.
     #[cfg_attr(feature = "openapi", schema(value_type = String))]
     pub type_url: &'static str,
     /// The dynamic parameters plain-name subscriptions resolve with.
@@ -145,9 +145,9 @@ impl Serialize for HeldResources {
     }
 }
 
-/// The last response sent. Written on every stream for every response, so nothing in it is
-/// the stream's own text: the version is the response's (shared by every stream sent the
-/// same), the nonce a number.
+/// The last response sent of the type: its version, its nonce and when.
+// Written on every stream for every response, so nothing in it is the stream's own text: the
+// version is the response's (shared by every stream sent the same), the nonce a number.
 #[derive(Clone, Debug, Default, Serialize)]
 #[cfg_attr(feature = "openapi", derive(utoipa::ToSchema))]
 pub struct SentVersion {
@@ -159,7 +159,8 @@ pub struct SentVersion {
     pub at: Stamp,
 }
 
-/// The last response accepted, as [`SentVersion`]: written on every stream for every ACK.
+/// The last response the client accepted (ACKed) of the type: its version, its nonce and when.
+// As `SentVersion`, written on every stream for every ACK.
 #[derive(Clone, Debug, Default, Serialize)]
 #[cfg_attr(feature = "openapi", derive(utoipa::ToSchema))]
 pub struct Acked {
