@@ -404,3 +404,83 @@ fn never_the_same_name_twice_in_one_response() {
         .unwrap();
     assert_eq!(sotw(&m.poll(&world.snapshot)[0]).resources.len(), 1);
 }
+
+/// Streams on one thread, one after another, resolve changed resources through a per-thread
+/// memo keyed by the resource and their (shared) parameters: each still gets its own variant of
+/// each resource — with repeated parameters (the memo answers), two resources changed in one
+/// revision (a key of the parameters alone would mix them up), more parameter sets than the
+/// memo has slots, and across a revision that changes the variants' contents.
+#[test]
+fn streams_resolving_one_after_another_each_get_their_own_variant() {
+    let mut world = World::new();
+    let envs: Vec<String> = (0..12).map(|i| format!("e{i}")).collect();
+    let put_both = |world: &mut World, round: &str| {
+        let ops: Vec<Value> = ["web", "api"]
+            .iter()
+            .map(|name| {
+                // In opposite orders: an env's variant has another index in each.
+                let mut order: Vec<&String> = envs.iter().collect();
+                if *name == "api" {
+                    order.reverse();
+                }
+                let variants: Vec<(String, Value)> = order
+                    .into_iter()
+                    .map(|e| {
+                        let tag = format!("{name}-{e}-{round}");
+                        (format!(r#"env = "{e}""#), route(name, &tag))
+                    })
+                    .collect();
+                let variants: Vec<(&str, Value)> = variants
+                    .iter()
+                    .map(|(c, r)| (c.as_str(), r.clone()))
+                    .collect();
+                put("route", name, &variants)
+            })
+            .collect();
+        world.apply(Value::Array(ops))
+    };
+    put_both(&mut world, "a");
+    // Three streams per env, side by side (e0 e0 e0 e1 …): the second and third find the
+    // first's answers.
+    let mut streams: Vec<(String, StreamMachine)> = Vec::new();
+    for e in &envs {
+        for _ in 0..3 {
+            let mut m = delta_machine();
+            let mut first = delta_request(ROUTE, &["web", "api"], &[], "");
+            first.node = Some(node_with(ROUTE, &[("env", e)]));
+            m.on_delta_request(first).unwrap();
+            streams.push((e.clone(), m));
+        }
+    }
+    let tags = |sent: &DeltaDiscoveryResponse| -> Vec<(String, String)> {
+        let mut tags: Vec<(String, String)> = (sent.resources.iter())
+            .map(|r| {
+                (
+                    r.name.clone(),
+                    route_tag(&r.resource.as_ref().unwrap().value),
+                )
+            })
+            .collect();
+        tags.sort();
+        tags
+    };
+    let expected = |e: &str, round: &str| {
+        vec![
+            ("api".to_owned(), format!("api-{e}-{round}")),
+            ("web".to_owned(), format!("web-{e}-{round}")),
+        ]
+    };
+    for (e, m) in &mut streams {
+        let sent = delta(&m.poll(&world.snapshot)[0]);
+        assert_eq!(tags(&sent), expected(e, "a"));
+        let nonce = sent.nonce.clone();
+        m.on_delta_request(delta_request(ROUTE, &[], &[], &nonce))
+            .unwrap();
+    }
+    let changed = put_both(&mut world, "b");
+    for (e, m) in &mut streams {
+        m.on_changes(&changed);
+        let sent = delta(&m.poll(&world.snapshot)[0]);
+        assert_eq!(tags(&sent), expected(e, "b"));
+    }
+}

@@ -108,10 +108,10 @@ impl TypeState {
             .as_ref()
             .is_some_and(|l| *l.member_type_url == *self.type_url);
         let secrets = self.secrets.as_ref();
-        let resolve = |spelling: &str, params: &ParamSet| match &list {
+        let revision = snapshot.revision;
+        let resolve = |spelling: &str, params: &Arc<ParamSet>| match &list {
             None => resource.as_ref().and_then(|r| {
-                r.matcher
-                    .resolve(params)
+                resolve_shared(revision, r, params)
                     .filter(|&i| secrets.is_none_or(|access| access.serves(r, i)))
                     .map(|i| (r.clone(), i))
             }),
@@ -313,4 +313,50 @@ pub(in crate::machine) fn glob_scan_prefix(url: &XdstpUrl) -> String {
         "*" => path.trim_end_matches('/').to_owned(),
         _ => path.to_owned(),
     }
+}
+
+/// The variant of `resource` a subscriber with `params` receives (`VariantMatcher::resolve`),
+/// remembered per thread for the last few pairs of the snapshot at `revision`: the streams a
+/// revision reaches resolve the changed resource one after another on a worker thread, and
+/// those with equal parameters share one `Arc` (`crate::intern`), so most find the answer of
+/// the stream before. Keyed by the two `Arc`s, which it holds (equal pointers are then equal
+/// contents); emptied by the thread's first resolution at another revision, so it keeps at
+/// most eight resources a snapshot no longer has, until the thread computes again.
+fn resolve_shared(
+    revision: u64,
+    resource: &Arc<IndexedResource>,
+    params: &Arc<ParamSet>,
+) -> Option<usize> {
+    const SLOTS: usize = 8;
+    type Slot = (Arc<IndexedResource>, Arc<ParamSet>, Option<usize>);
+    #[derive(Default)]
+    struct Memo {
+        revision: u64,
+        next: usize,
+        slots: [Option<Slot>; SLOTS],
+    }
+    thread_local! {
+        static MEMO: std::cell::RefCell<Memo> = Default::default();
+    }
+    MEMO.with_borrow_mut(|memo| {
+        if memo.revision != revision {
+            *memo = Memo {
+                revision,
+                ..Default::default()
+            };
+        }
+        let found = memo
+            .slots
+            .iter()
+            .flatten()
+            .find(|(r, p, _)| Arc::ptr_eq(r, resource) && Arc::ptr_eq(p, params));
+        if let Some(&(_, _, variant)) = found {
+            return variant;
+        }
+        let variant = resource.matcher.resolve(&**params);
+        let at = memo.next;
+        memo.slots[at] = Some((resource.clone(), params.clone(), variant));
+        memo.next = (at + 1) % SLOTS;
+        variant
+    })
 }
