@@ -184,12 +184,9 @@ impl Nonce {
     pub fn new(text: &str) -> Self {
         // Only the number's own spelling: "007" or "+7" stay text, so that they read back as
         // sent and differ from "7".
-        let canonical = text.bytes().all(|b| b.is_ascii_digit())
-            && !text.is_empty()
-            && (text == "0" || !text.starts_with('0'));
-        match text.parse() {
-            Ok(seq) if canonical => Nonce::Seq(seq),
-            _ => Nonce::Text(text.into()),
+        match nonce_seq(text) {
+            Some(seq) => Nonce::Seq(seq),
+            None => Nonce::Text(text.into()),
         }
     }
 
@@ -200,6 +197,16 @@ impl Nonce {
             Nonce::Text(text) => text.parse().unwrap_or(0),
         }
     }
+}
+
+/// The sequence number a nonce names: a response's nonce is its sequence number in decimal,
+/// so only that spelling names it (not `007`, `+7` or ` 7`).
+pub(crate) fn nonce_seq(nonce: &str) -> Option<u64> {
+    let digits = nonce.as_bytes();
+    let canonical = !digits.is_empty()
+        && digits.iter().all(u8::is_ascii_digit)
+        && (digits[0] != b'0' || digits.len() == 1);
+    canonical.then(|| nonce.parse().ok()).flatten()
 }
 
 impl Default for Nonce {

@@ -644,15 +644,8 @@ fn names_variant(resource: &Wrapped) -> bool {
     matches!(resource.naming, Naming::Constrained(_))
 }
 
-/// The sequence number a nonce names: a response's nonce is its sequence number in decimal,
-/// so only that spelling names it (not `007`, `+7` or ` 7`).
-pub(crate) fn nonce_seq(nonce: &str) -> Option<u64> {
-    let digits = nonce.as_bytes();
-    let canonical = !digits.is_empty()
-        && digits.iter().all(u8::is_ascii_digit)
-        && (digits[0] != b'0' || digits.len() == 1);
-    canonical.then(|| nonce.parse().ok()).flatten()
-}
+/// The sequence number a nonce names (in `status`, beside the status's nonces).
+pub(crate) use crate::status::nonce_seq;
 
 #[cfg(test)]
 mod tests {
