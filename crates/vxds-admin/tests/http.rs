@@ -4,6 +4,8 @@
 
 #[path = "http/bulk.rs"]
 mod bulk;
+#[path = "http/console.rs"]
+mod console;
 #[path = "http/events.rs"]
 mod events;
 #[path = "http/hardening.rs"]
