@@ -4,6 +4,10 @@
 
 #[path = "http/bulk.rs"]
 mod bulk;
+#[path = "http/console.rs"]
+mod console;
+#[path = "http/errors.rs"]
+mod errors;
 #[path = "http/events.rs"]
 mod events;
 #[path = "http/hardening.rs"]
@@ -37,14 +41,11 @@ on_both_backends!(
     listing_paginates,
     deletes_and_unknown_resources,
     changesets_report_every_error_with_its_pointer,
-    every_error_status_has_a_problem_document,
     if_match_guards_writes,
     names_with_reserved_characters_fit_one_segment,
     resolve_says_which_variant_and_why,
     history_is_listed,
     operations_endpoints,
-    tokens_guard_reads_and_writes,
-    database_errors_stay_inside,
 );
 
 async fn a_put_reads_back_whole(db: TestDb) {
@@ -285,136 +286,6 @@ async fn changesets_report_every_error_with_its_pointer(db: TestDb) {
         StatusCode::NOT_FOUND
     );
     assert_eq!(api.get("/v1/revisions").await.body["revisions"], json!([]));
-}
-
-async fn every_error_status_has_a_problem_document(db: TestDb) {
-    let api = serve(&db, Tokens::none(), 4096).await;
-    // 400: not JSON; and JSON of the wrong shape, with a pointer.
-    let broken = api
-        .call(
-            Method::POST,
-            "/v1/changesets",
-            Some(("application/json", "{".into())),
-            &[],
-        )
-        .await;
-    assert_problem(&broken, 400);
-    let shape = api
-        .send_json(
-            Method::POST,
-            "/v1/changesets",
-            json!({"operations": [{"op": "rename"}]}),
-        )
-        .await;
-    assert_problem(&shape, 400);
-    assert_eq!(shape.body["errors"][0]["pointer"], "/operations/0/op");
-    let unknown_field = api
-        .send_json(
-            Method::POST,
-            "/v1/changesets",
-            json!({"operations": [], "extra": 1}),
-        )
-        .await;
-    assert_problem(&unknown_field, 400);
-    assert_problem(
-        &api.call(
-            Method::POST,
-            "/v1/changesets",
-            Some(("application/json", String::new())),
-            &[],
-        )
-        .await,
-        400,
-    );
-    // 404 and 405.
-    assert_problem(&api.get("/v1/nothing-here").await, 404);
-    let patch = api
-        .call(Method::PATCH, "/v1/resources/route/x", None, &[])
-        .await;
-    assert_problem(&patch, 405);
-    assert_eq!(patch.headers["allow"], "DELETE, GET, HEAD, PUT");
-    let put_list = api.call(Method::PUT, "/v1/resources", None, &[]).await;
-    assert_problem(&put_list, 405);
-    assert_eq!(put_list.headers["allow"], "GET, HEAD");
-    // 409: a stale expected revision.
-    let stale = api
-        .send_json(
-            Method::POST,
-            "/v1/changesets",
-            json!({"expected_revision": 7, "operations": []}),
-        )
-        .await;
-    assert_problem(&stale, 409);
-    assert_eq!(stale.body["errors"][0]["pointer"], "/expected_revision");
-    // 413 and 415.
-    let big = format!(
-        "{{\"operations\": [], \"message\": \"{}\"}}",
-        "x".repeat(8192)
-    );
-    let too_large = api
-        .call(
-            Method::POST,
-            "/v1/changesets",
-            Some(("application/json", big)),
-            &[],
-        )
-        .await;
-    assert_problem(&too_large, 413);
-    let form = api
-        .call(
-            Method::POST,
-            "/v1/changesets",
-            Some(("application/x-www-form-urlencoded", "a=b".into())),
-            &[],
-        )
-        .await;
-    assert_problem(&form, 415);
-    // 422 on a PUT points into the PUT body; path problems name the parameter.
-    let put = api
-        .send_json(
-            Method::PUT,
-            "/v1/resources/route/r",
-            variants("r", &[("a = 1", "x"), ("a = 1", "y")]),
-        )
-        .await;
-    assert_problem(&put, 422);
-    assert_eq!(
-        problem_codes(&put),
-        vec![(
-            "/variants/1/constraints".to_owned(),
-            "duplicate_variant".to_owned()
-        )]
-    );
-    // Like every overlap, a duplicate shows a parameter set both match.
-    assert_eq!(
-        put.body["errors"][0]["witness"],
-        json!({"a": "1"}),
-        "{}",
-        put.text
-    );
-    let mismatch = api
-        .send_json(
-            Method::PUT,
-            "/v1/resources/route/r",
-            variants("other", &[("*", "x")]),
-        )
-        .await;
-    assert_eq!(
-        problem_codes(&mismatch),
-        vec![(
-            "/variants/0/resource/name".to_owned(),
-            "name_mismatch".to_owned()
-        )]
-    );
-    let xdstp = api
-        .send_json(
-            Method::PUT,
-            "/v1/resources/route/xdstp%3A%2F%2Fa%2Fenvoy.config.cluster.v3.Cluster%2Fr",
-            variants("xdstp://a/envoy.config.cluster.v3.Cluster/r", &[("*", "x")]),
-        )
-        .await;
-    assert_problem(&xdstp, 400);
-    assert_eq!(xdstp.body["errors"][0]["parameter"], "name");
 }
 
 async fn if_match_guards_writes(db: TestDb) {
@@ -723,117 +594,4 @@ async fn operations_endpoints(db: TestDb) {
         served.body,
         serde_json::to_value(vxds_admin::openapi()).unwrap()
     );
-}
-
-async fn tokens_guard_reads_and_writes(db: TestDb) {
-    let tokens = Tokens::parse(&format!("write {WRITE_TOKEN} alice\nread {READ_TOKEN}\n")).unwrap();
-    let api = serve(&db, tokens, DEFAULT_BODY_LIMIT).await;
-    let body = variants("web", &[("*", "x")]).to_string();
-    let bearer = |t: &str| format!("Bearer {t}");
-    let anonymous = api
-        .call(
-            Method::PUT,
-            "/v1/resources/route/web",
-            Some(("application/json", body.clone())),
-            &[],
-        )
-        .await;
-    assert_problem(&anonymous, 401);
-    assert_eq!(
-        anonymous.headers["www-authenticate"],
-        r#"Bearer realm="vxds""#
-    );
-    let wrong = bearer("not-a-token-at-all-xyz");
-    assert_problem(
-        &api.call(
-            Method::GET,
-            "/v1/resources",
-            None,
-            &[("authorization", &wrong)],
-        )
-        .await,
-        401,
-    );
-    let reader = bearer(READ_TOKEN);
-    let forbidden = api
-        .call(
-            Method::PUT,
-            "/v1/resources/route/web",
-            Some(("application/json", body.clone())),
-            &[("authorization", &reader)],
-        )
-        .await;
-    assert_problem(&forbidden, 403);
-    let writer = bearer(WRITE_TOKEN);
-    let put = api
-        .call(
-            Method::PUT,
-            "/v1/resources/route/web",
-            Some(("application/json", body)),
-            &[("authorization", &writer)],
-        )
-        .await;
-    assert_eq!(put.status, StatusCode::CREATED);
-    assert_eq!(
-        api.call(
-            Method::GET,
-            "/v1/resources/route/web",
-            None,
-            &[("authorization", &reader)]
-        )
-        .await
-        .status,
-        StatusCode::OK
-    );
-    let resolve = json!({"type": "route", "name": "web"}).to_string();
-    assert_eq!(
-        api.call(
-            Method::POST,
-            "/v1/resolve",
-            Some(("application/json", resolve)),
-            &[("authorization", &reader)]
-        )
-        .await
-        .status,
-        StatusCode::OK
-    );
-    assert_problem(&api.get("/v1/revisions").await, 401);
-    let history = api
-        .call(
-            Method::GET,
-            "/v1/revisions/1",
-            None,
-            &[("authorization", &reader)],
-        )
-        .await;
-    assert_eq!(history.body["author"], "alice");
-    // Health and the API description stay public.
-    assert_eq!(api.get("/healthz").await.status, StatusCode::OK);
-    assert_eq!(api.get("/readyz").await.status, StatusCode::OK);
-    assert_eq!(api.get("/v1/openapi.json").await.status, StatusCode::OK);
-}
-
-async fn database_errors_stay_inside(db: TestDb) {
-    let api = serve(&db, Tokens::none(), DEFAULT_BODY_LIMIT).await;
-    api.store.close().await;
-    let reply = api.get("/v1/resources/route/web").await;
-    assert_problem(&reply, 503);
-    assert_eq!(reply.body["detail"], "the store is unavailable; try again");
-    for leak in ["pool", "sqlx", "closed", "database", "postgres", "sqlite"] {
-        assert!(
-            !reply.text.to_lowercase().contains(leak),
-            "{leak} leaked: {}",
-            reply.text
-        );
-    }
-    assert_eq!(reply.headers["retry-after"], "1");
-    // Still ready: the index serves xDS; the store's state is shown, and probed apart.
-    let ready = api.get("/readyz").await;
-    assert_eq!(ready.status, StatusCode::OK);
-    assert_eq!(ready.body["store"]["status"], "down");
-    assert_eq!(ready.body["store"]["reason"], "the store was closed");
-    let store = api.get("/healthz/store").await;
-    assert_problem(&store, 503);
-    assert_eq!(store.headers["retry-after"], "1");
-    assert!(api.get("/metrics").await.text.contains("vxds_store_up 0"));
 }

@@ -10,7 +10,6 @@ use std::time::Duration;
 
 use serde_json::{Value, json};
 use vxds_core::ParamSet;
-use vxds_core::variants::{VariantLimits, validate_variant_set};
 use vxds_envoy::changeset::ChangesetRequest;
 use vxds_envoy::resource::{Body, ResourceType};
 use vxds_store::{
@@ -21,6 +20,8 @@ use vxds_testkit::{TestDb, on_both_backends};
 // A test crate's root resolves modules beside it, not in a folder named after it.
 #[path = "contract/big.rs"]
 mod big;
+#[path = "contract/concurrency.rs"]
+mod concurrency;
 #[path = "contract/following.rs"]
 mod following;
 #[path = "contract/outage.rs"]
@@ -33,6 +34,8 @@ mod restore;
 mod retention;
 #[path = "contract/summaries.rs"]
 mod summaries;
+#[path = "contract/validation.rs"]
+mod validation;
 
 const ROUTE: &str = "type.googleapis.com/envoy.config.route.v3.RouteConfiguration";
 const CLUSTER: &str = "type.googleapis.com/envoy.config.cluster.v3.Cluster";
@@ -50,14 +53,6 @@ on_both_backends!(
     history_lists_every_revision,
     the_change_feed_reads_one_snapshot,
     xdstp_names_are_stored_in_normal_form,
-    the_aggregate_graph_is_checked_across_the_store,
-    every_error_is_reported_at_once,
-    concurrent_writers_cannot_break_exclusivity,
-    concurrent_writers_cannot_make_a_cycle,
-    concurrent_revisions_are_gap_free,
-    the_index_follows_every_commit,
-    a_second_store_sees_the_first_ones_commits,
-    concurrent_start_ups_migrate_once,
     an_unmigrated_store_says_so,
     versions_are_content_hashes_the_same_everywhere,
     a_variant_ttl_is_stored_and_indexed,
@@ -528,327 +523,6 @@ async fn xdstp_names_are_stored_in_normal_form(db: TestDb) {
     let applied = store.apply(request, None).await.unwrap();
     assert_eq!(applied.changes[0].key.name, normal);
     assert!(store.get(&key(ROUTE, normal)).await.unwrap().is_some());
-}
-
-async fn the_aggregate_graph_is_checked_across_the_store(db: TestDb) {
-    let store = db.store().await;
-    let ops = json!({"operations": [put_cluster(aggregate("a", &["b"])), put_cluster(aggregate("b", &["leaf"]))]});
-    store.apply(changeset(ops), None).await.unwrap();
-    // Closing the loop in a later changeset is refused, naming the cycle.
-    let close = changeset(json!({"operations": [put_cluster(aggregate("leaf", &["a"]))]}));
-    let ApplyError::Invalid(invalid) = store.apply(close, None).await.unwrap_err() else {
-        panic!()
-    };
-    assert_eq!(invalid.errors[0].code, "aggregate_cycle");
-    assert_eq!(
-        invalid.errors[0].message,
-        "aggregate clusters form a cycle: leaf → a → b → leaf"
-    );
-
-    // A respelling of an xdstp name (context parameters reordered) is the same cluster.
-    let x = "xdstp://a/envoy.config.cluster.v3.Cluster/x?p=1&q=2";
-    let x_respelled = "xdstp://a/envoy.config.cluster.v3.Cluster/x?q=2&p=1";
-    let y = "xdstp://a/envoy.config.cluster.v3.Cluster/y";
-    let ops = json!({"operations": [put_cluster(aggregate(x, &[y]))]});
-    store.apply(changeset(ops), None).await.unwrap();
-    let close = changeset(json!({"operations": [put_cluster(aggregate(y, &[x_respelled]))]}));
-    assert_eq!(
-        codes(store.apply(close, None).await.unwrap_err()),
-        ["aggregate_cycle"]
-    );
-
-    // Depth counts across changesets too: a chain of 16 is fine, 17 is not.
-    let chain: Vec<Value> = (1..16)
-        .map(|i| put_cluster(aggregate(&format!("d{i}"), &[&format!("d{}", i + 1)])))
-        .collect();
-    store
-        .apply(changeset(json!({"operations": chain})), None)
-        .await
-        .unwrap();
-    let top = changeset(json!({"operations": [put_cluster(aggregate("d0", &["d1"]))]}));
-    assert_eq!(
-        codes(store.apply(top, None).await.unwrap_err()),
-        ["aggregate_too_deep"]
-    );
-    // Removing an edge makes room.
-    let cut = changeset(json!({"operations": [put_cluster(eds_cluster("d15"))]}));
-    store.apply(cut, None).await.unwrap();
-    let top = changeset(json!({"operations": [put_cluster(aggregate("d0", &["d1"]))]}));
-    store.apply(top, None).await.unwrap();
-}
-
-/// Stateless problems and the ones only the store can see come back together.
-async fn every_error_is_reported_at_once(db: TestDb) {
-    let store = db.store().await;
-    store
-        .apply(
-            changeset(json!({"operations": [put_cluster(aggregate("a", &["b"]))]})),
-            None,
-        )
-        .await
-        .unwrap();
-    let request = changeset(json!({"operations": [
-        {"op": "put", "type": "route", "name": "r", "variants": [{"constraints": "env =", "resource": route("r", "x")}]},
-        put_cluster(aggregate("b", &["a"])),
-        {"op": "delete", "type": "listener", "name": "missing"},
-    ]}));
-    let ApplyError::Invalid(invalid) = store.apply(request, None).await.unwrap_err() else {
-        panic!()
-    };
-    let found: Vec<(Option<usize>, &str)> = invalid
-        .errors
-        .iter()
-        .map(|e| (e.operation, e.code.as_str()))
-        .collect();
-    assert_eq!(
-        found,
-        [
-            (Some(0), "invalid_constraints"),
-            (Some(1), "aggregate_cycle"),
-            (Some(2), "not_found")
-        ]
-    );
-    assert_eq!(store.head_revision().await.unwrap(), 1);
-}
-
-/// Writers race to add a variant each to one resource, reading, extending and writing with the
-/// version they read. Pairs want the same value, so one of each pair must lose; the other
-/// must win, whatever the interleaving.
-async fn concurrent_writers_cannot_break_exclusivity(db: TestDb) {
-    let store = db.store().await;
-    store
-        .apply(put_routes(&[(r#"env = "base""#, "base")]), None)
-        .await
-        .unwrap();
-    let writers = 12;
-    let mut tasks = Vec::new();
-    for w in 0..writers {
-        let store = store.clone();
-        tasks.push(tokio::spawn(async move {
-            let mine = format!(r#"env = "e{}""#, w % (writers / 2));
-            loop {
-                let current = store.get(&key(ROUTE, "r")).await.unwrap().unwrap();
-                let ty = ResourceType::resolve(ROUTE).unwrap();
-                let mut variants: Vec<Value> = current
-                    .variants
-                    .iter()
-                    .map(|v| {
-                        let body = Body::from_any_bytes(v.body.clone(), &ty)
-                            .unwrap()
-                            .to_json(&ty);
-                        json!({"constraints": v.constraints.to_string(), "resource": body})
-                    })
-                    .collect();
-                variants.push(json!({"constraints": mine, "resource": route("r", &mine)}));
-                let request = changeset(
-                    json!({"operations": [{"op": "put", "type": "route", "name": "r",
-                    "expected_version": current.version, "variants": variants}]}),
-                );
-                match store.apply(request, Some(format!("writer {w}"))).await {
-                    Ok(_) => return true,
-                    Err(ApplyError::Conflict(_)) => continue,
-                    Err(ApplyError::Invalid(invalid)) => {
-                        assert!(
-                            invalid.errors.iter().all(|e| e.code == "duplicate_variant"),
-                            "{invalid:?}"
-                        );
-                        return false;
-                    }
-                    Err(e) => panic!("{e}"),
-                }
-            }
-        }));
-    }
-    let mut won = 0;
-    for task in tasks {
-        won += usize::from(task.await.unwrap());
-    }
-    assert_eq!(won, writers / 2);
-    let last = store.get(&key(ROUTE, "r")).await.unwrap().unwrap();
-    assert_eq!(last.variants.len(), 1 + writers / 2);
-    let canonical: Vec<_> = last
-        .variants
-        .iter()
-        .map(|v| v.constraints.clone())
-        .collect();
-    assert_eq!(
-        validate_variant_set(&canonical, &VariantLimits::DEFAULT),
-        Ok(())
-    );
-    assert_eq!(
-        store.head_revision().await.unwrap(),
-        1 + (writers / 2) as u64
-    );
-}
-
-/// Two changesets that are each fine but together close a cycle: exactly one commits.
-async fn concurrent_writers_cannot_make_a_cycle(db: TestDb) {
-    let store = db.store().await;
-    for round in 0..5 {
-        let (a, b) = (format!("a{round}"), format!("b{round}"));
-        let first = changeset(json!({"operations": [put_cluster(aggregate(&a, &[&b]))]}));
-        let second = changeset(json!({"operations": [put_cluster(aggregate(&b, &[&a]))]}));
-        let (s1, s2) = (store.clone(), store.clone());
-        let (r1, r2) = tokio::join!(
-            tokio::spawn(async move { s1.apply(first, None).await }),
-            tokio::spawn(async move { s2.apply(second, None).await }),
-        );
-        let results = [r1.unwrap(), r2.unwrap()];
-        let committed = results.iter().filter(|r| r.is_ok()).count();
-        assert_eq!(committed, 1, "{results:?}");
-        let refused = results.into_iter().find_map(Result::err).unwrap();
-        assert_eq!(codes(refused), ["aggregate_cycle"]);
-    }
-}
-
-async fn concurrent_revisions_are_gap_free(db: TestDb) {
-    let store = db.store().await;
-    let mut tasks = Vec::new();
-    for i in 0..16 {
-        let store = store.clone();
-        tasks.push(tokio::spawn(async move {
-            let name = format!("r{i}");
-            let request = changeset(
-                json!({"operations": [{"op": "put", "type": "route", "name": name,
-                "variants": [{"resource": route(&name, "x")}]}]}),
-            );
-            store.apply(request, None).await.unwrap().revision
-        }));
-    }
-    let mut revisions = Vec::new();
-    for task in tasks {
-        revisions.push(task.await.unwrap());
-    }
-    revisions.sort();
-    assert_eq!(revisions, (1..=16).collect::<Vec<u64>>());
-    let history: Vec<u64> = store
-        .revisions(0, 100)
-        .await
-        .unwrap()
-        .iter()
-        .map(|r| r.revision)
-        .collect();
-    assert_eq!(history, (1..=16).collect::<Vec<u64>>());
-}
-
-async fn the_index_follows_every_commit(db: TestDb) {
-    let store = db.store().await;
-    store
-        .apply(
-            put_routes(&[(r#"env = "prod""#, "prod"), (r#"env != "prod""#, "other")]),
-            None,
-        )
-        .await
-        .unwrap();
-    let (index, writer) = index::start(store.clone()).await.unwrap();
-    let snapshot = index.snapshot();
-    assert_eq!(snapshot.revision, 1);
-    let resource = snapshot.get(ROUTE, "r").unwrap();
-    let prod = resource
-        .resolve(&ParamSet::new().with("env", "prod"))
-        .unwrap();
-    assert_eq!(prod.constraints.to_string(), r#"env = "prod""#);
-    assert!(prod.constraints_bytes.is_some());
-    assert_eq!(
-        resource
-            .resolve(&ParamSet::new())
-            .unwrap()
-            .constraints
-            .to_string(),
-        r#"env != "prod""#
-    );
-
-    // Split prod by version: one revision, seen whole.
-    let split = store
-        .apply(
-            put_routes(&[
-                (r#"env = "prod" && version = "v1""#, "prod-v1"),
-                (r#"env = "prod" && version != "v1""#, "prod-rest"),
-                (
-                    r#"env != "prod" && (exists(version) || !exists(version))"#,
-                    "other",
-                ),
-            ]),
-            None,
-        )
-        .await
-        .unwrap();
-    let snapshot = tokio::time::timeout(Duration::from_secs(10), index.wait_for(split.revision))
-        .await
-        .unwrap();
-    assert_eq!(snapshot.revision, 2);
-    let resource = snapshot.get(ROUTE, "r").unwrap();
-    assert_eq!(resource.variants.len(), 3);
-    let v1 = resource
-        .resolve(&ParamSet::new().with("env", "prod").with("version", "v1"))
-        .unwrap();
-    assert_eq!(
-        v1.constraints.to_string(),
-        r#"env = "prod" && version = "v1""#
-    );
-    assert_eq!(
-        snapshot.changed_since(1),
-        Some([std::sync::Arc::new(key(ROUTE, "r"))].into())
-    );
-    // The old snapshot still holds the old state.
-    assert_eq!(index.wait_for(0).await.revision, 2);
-
-    store
-        .apply(
-            changeset(json!({"operations": [{"op": "delete", "type": "route", "name": "r"}]})),
-            None,
-        )
-        .await
-        .unwrap();
-    let snapshot = tokio::time::timeout(Duration::from_secs(10), index.wait_for(3))
-        .await
-        .unwrap();
-    assert!(snapshot.get(ROUTE, "r").is_none());
-    assert_eq!(
-        snapshot.changed_since(0),
-        Some([std::sync::Arc::new(key(ROUTE, "r"))].into())
-    );
-    writer.abort();
-}
-
-/// A second store on the same database: it loads what the first wrote, and with Postgres
-/// LISTEN/NOTIFY it learns of every new commit at once.
-async fn a_second_store_sees_the_first_ones_commits(db: TestDb) {
-    let writer = db.store().await;
-    writer
-        .apply(put_routes(&[("*", "one")]), None)
-        .await
-        .unwrap();
-    let replica = db.store().await;
-    let (index, task) = index::start(replica.clone()).await.unwrap();
-    assert_eq!(index.snapshot().revision, 1);
-    // Postgres notifies; SQLite is polled.
-    writer
-        .apply(put_routes(&[("*", "two")]), None)
-        .await
-        .unwrap();
-    let snapshot = tokio::time::timeout(Duration::from_secs(10), index.wait_for(2))
-        .await
-        .unwrap();
-    assert_eq!(snapshot.revision, 2);
-    assert_eq!(*replica.watch_head().borrow(), 2);
-    task.abort();
-}
-
-async fn concurrent_start_ups_migrate_once(db: TestDb) {
-    let mut tasks = Vec::new();
-    for _ in 0..4 {
-        let url = db.url.clone();
-        tasks.push(tokio::spawn(async move {
-            Store::connect(&url, StoreOptions::default())
-                .await
-                .map(drop)
-        }));
-    }
-    for task in tasks {
-        task.await.unwrap().unwrap();
-    }
-    assert_eq!(db.store().await.head_revision().await.unwrap(), 0);
 }
 
 async fn an_unmigrated_store_says_so(db: TestDb) {

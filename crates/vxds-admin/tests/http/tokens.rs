@@ -1,4 +1,5 @@
-//! Issue 8: hashed tokens in the token file, beside plaintext ones, and the author each
+//! Bearer tokens: what no token, a read token and a write token may do, and what stays public;
+//! issue 8: hashed tokens in the token file, beside plaintext ones, and the author each
 //! token's writes are recorded under.
 
 use vxds_admin::auth::token_sha256_hex;
@@ -6,10 +7,99 @@ use vxds_admin::auth::token_sha256_hex;
 use super::*;
 
 on_both_backends!(
+    tokens_guard_reads_and_writes,
     hashed_and_plaintext_tokens_authorize_and_name_the_author,
     secret_key_material_is_shown_only_to_a_secrets_token,
     inline_key_material_in_listeners_is_redacted_for_read_tokens,
 );
+
+async fn tokens_guard_reads_and_writes(db: TestDb) {
+    let tokens = Tokens::parse(&format!("write {WRITE_TOKEN} alice\nread {READ_TOKEN}\n")).unwrap();
+    let api = serve(&db, tokens, DEFAULT_BODY_LIMIT).await;
+    let body = variants("web", &[("*", "x")]).to_string();
+    let bearer = |t: &str| format!("Bearer {t}");
+    let anonymous = api
+        .call(
+            Method::PUT,
+            "/v1/resources/route/web",
+            Some(("application/json", body.clone())),
+            &[],
+        )
+        .await;
+    assert_problem(&anonymous, 401);
+    assert_eq!(
+        anonymous.headers["www-authenticate"],
+        r#"Bearer realm="vxds""#
+    );
+    let wrong = bearer("not-a-token-at-all-xyz");
+    assert_problem(
+        &api.call(
+            Method::GET,
+            "/v1/resources",
+            None,
+            &[("authorization", &wrong)],
+        )
+        .await,
+        401,
+    );
+    let reader = bearer(READ_TOKEN);
+    let forbidden = api
+        .call(
+            Method::PUT,
+            "/v1/resources/route/web",
+            Some(("application/json", body.clone())),
+            &[("authorization", &reader)],
+        )
+        .await;
+    assert_problem(&forbidden, 403);
+    let writer = bearer(WRITE_TOKEN);
+    let put = api
+        .call(
+            Method::PUT,
+            "/v1/resources/route/web",
+            Some(("application/json", body)),
+            &[("authorization", &writer)],
+        )
+        .await;
+    assert_eq!(put.status, StatusCode::CREATED);
+    assert_eq!(
+        api.call(
+            Method::GET,
+            "/v1/resources/route/web",
+            None,
+            &[("authorization", &reader)]
+        )
+        .await
+        .status,
+        StatusCode::OK
+    );
+    let resolve = json!({"type": "route", "name": "web"}).to_string();
+    assert_eq!(
+        api.call(
+            Method::POST,
+            "/v1/resolve",
+            Some(("application/json", resolve)),
+            &[("authorization", &reader)]
+        )
+        .await
+        .status,
+        StatusCode::OK
+    );
+    assert_problem(&api.get("/v1/revisions").await, 401);
+    let history = api
+        .call(
+            Method::GET,
+            "/v1/revisions/1",
+            None,
+            &[("authorization", &reader)],
+        )
+        .await;
+    assert_eq!(history.body["author"], "alice");
+    // Health and the API description stay public.
+    assert_eq!(api.get("/healthz").await.status, StatusCode::OK);
+    assert_eq!(api.get("/readyz").await.status, StatusCode::OK);
+    assert_eq!(api.get("/v1/openapi.json").await.status, StatusCode::OK);
+}
 
 /// A token stored as `sha256:<hex>` writes; a plaintext one still does; a wrong token, the
 /// stored hash itself, or no token is 401. Each revision's author is the writing token's name.

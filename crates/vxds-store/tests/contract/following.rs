@@ -1,9 +1,12 @@
-//! How a store learns of commits it did not make, on both backends: another process's commits
-//! (SQLite has no notifications), and a database whose head went backwards (a restore).
+//! How the index follows commits, on both backends: its own store's, each seen whole; and how a
+//! store learns of commits it did not make: a second store's and another process's (SQLite has
+//! no notifications), and a database whose head went backwards (a restore).
 
 use super::*;
 
 on_both_backends!(
+    the_index_follows_every_commit,
+    a_second_store_sees_the_first_ones_commits,
     another_process_commits_reach_the_index,
     a_head_that_goes_backwards_reloads_the_index,
     a_writer_that_finds_the_head_behind_reloads_the_index_at_once,
@@ -23,6 +26,110 @@ fn put_route_named(name: &str) -> ChangesetRequest {
         json!({"operations": [{"op": "put", "type": "route", "name": name,
         "variants": [{"resource": route(name, name)}]}]}),
     )
+}
+
+async fn the_index_follows_every_commit(db: TestDb) {
+    let store = db.store().await;
+    store
+        .apply(
+            put_routes(&[(r#"env = "prod""#, "prod"), (r#"env != "prod""#, "other")]),
+            None,
+        )
+        .await
+        .unwrap();
+    let (index, writer) = index::start(store.clone()).await.unwrap();
+    let snapshot = index.snapshot();
+    assert_eq!(snapshot.revision, 1);
+    let resource = snapshot.get(ROUTE, "r").unwrap();
+    let prod = resource
+        .resolve(&ParamSet::new().with("env", "prod"))
+        .unwrap();
+    assert_eq!(prod.constraints.to_string(), r#"env = "prod""#);
+    assert!(prod.constraints_bytes.is_some());
+    assert_eq!(
+        resource
+            .resolve(&ParamSet::new())
+            .unwrap()
+            .constraints
+            .to_string(),
+        r#"env != "prod""#
+    );
+
+    // Split prod by version: one revision, seen whole.
+    let split = store
+        .apply(
+            put_routes(&[
+                (r#"env = "prod" && version = "v1""#, "prod-v1"),
+                (r#"env = "prod" && version != "v1""#, "prod-rest"),
+                (
+                    r#"env != "prod" && (exists(version) || !exists(version))"#,
+                    "other",
+                ),
+            ]),
+            None,
+        )
+        .await
+        .unwrap();
+    let snapshot = tokio::time::timeout(Duration::from_secs(10), index.wait_for(split.revision))
+        .await
+        .unwrap();
+    assert_eq!(snapshot.revision, 2);
+    let resource = snapshot.get(ROUTE, "r").unwrap();
+    assert_eq!(resource.variants.len(), 3);
+    let v1 = resource
+        .resolve(&ParamSet::new().with("env", "prod").with("version", "v1"))
+        .unwrap();
+    assert_eq!(
+        v1.constraints.to_string(),
+        r#"env = "prod" && version = "v1""#
+    );
+    assert_eq!(
+        snapshot.changed_since(1),
+        Some([std::sync::Arc::new(key(ROUTE, "r"))].into())
+    );
+    // The old snapshot still holds the old state.
+    assert_eq!(index.wait_for(0).await.revision, 2);
+
+    store
+        .apply(
+            changeset(json!({"operations": [{"op": "delete", "type": "route", "name": "r"}]})),
+            None,
+        )
+        .await
+        .unwrap();
+    let snapshot = tokio::time::timeout(Duration::from_secs(10), index.wait_for(3))
+        .await
+        .unwrap();
+    assert!(snapshot.get(ROUTE, "r").is_none());
+    assert_eq!(
+        snapshot.changed_since(0),
+        Some([std::sync::Arc::new(key(ROUTE, "r"))].into())
+    );
+    writer.abort();
+}
+
+/// A second store on the same database: it loads what the first wrote, and with Postgres
+/// LISTEN/NOTIFY it learns of every new commit at once.
+async fn a_second_store_sees_the_first_ones_commits(db: TestDb) {
+    let writer = db.store().await;
+    writer
+        .apply(put_routes(&[("*", "one")]), None)
+        .await
+        .unwrap();
+    let replica = db.store().await;
+    let (index, task) = index::start(replica.clone()).await.unwrap();
+    assert_eq!(index.snapshot().revision, 1);
+    // Postgres notifies; SQLite is polled.
+    writer
+        .apply(put_routes(&[("*", "two")]), None)
+        .await
+        .unwrap();
+    let snapshot = tokio::time::timeout(Duration::from_secs(10), index.wait_for(2))
+        .await
+        .unwrap();
+    assert_eq!(snapshot.revision, 2);
+    assert_eq!(*replica.watch_head().borrow(), 2);
+    task.abort();
 }
 
 async fn another_process_commits_reach_the_index(db: TestDb) {
