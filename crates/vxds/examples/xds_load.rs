@@ -21,7 +21,9 @@
 //! ```
 //!
 //! The load generator and the servers share the machine, so the figures include the load
-//! generator's own cost. Results are written down in docs/benchmarks.md.
+//! generator's own cost, unless `--pin` puts them on cores of their own. `--against BIN`
+//! measures another server (the limit, `xds_baseline`) the same way, alternating with vxds,
+//! and prints the ratios. Results are written down in docs/benchmarks.md.
 
 use std::collections::HashSet;
 use std::net::IpAddr;
@@ -46,6 +48,8 @@ use vxds_envoy::pb::envoy::service::discovery::v3::{
 use vxds_testkit::serve::ServeProcess;
 use vxds_testkit::{Db, TestDb};
 
+#[path = "xds_load/compare.rs"]
+mod compare;
 #[path = "common/load.rs"]
 mod load;
 use load::{
@@ -128,6 +132,14 @@ struct Args {
     /// profiler or `callgrind_control -i on` over the fan-out window only.
     #[arg(long)]
     rounds_hook: Option<String>,
+    /// Side by side: run the same measurement against this server too (e.g.
+    /// `target/release/examples/xds_baseline`, the limit), alternating with vxds, `--runs`
+    /// times each, and print both medians and vxds ÷ it.
+    #[arg(long, conflicts_with = "admin_url")]
+    against: Option<PathBuf>,
+    /// Runs of each server with `--against`.
+    #[arg(long, default_value_t = 2, requires = "against")]
+    runs: usize,
 }
 
 #[derive(Clone, Copy, PartialEq, Eq, ValueEnum)]
@@ -362,6 +374,9 @@ struct Targets {
 #[tokio::main]
 async fn main() -> anyhow::Result<()> {
     let args = Args::parse();
+    if let Some(against) = &args.against {
+        return compare::run(against, args.runs);
+    }
     let _ = rustls::crypto::ring::default_provider().install_default();
     raise_open_file_limit(args.streams);
     if let Some(admin) = &args.admin_url {
