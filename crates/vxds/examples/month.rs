@@ -33,6 +33,10 @@ use serde_json::{Value, json};
 use vxds_store::{ResourceKey, Retention, Store, StoreOptions, index};
 use vxds_testkit::{Db, TestDb};
 
+#[path = "common/load.rs"]
+mod load;
+use load::median;
+
 const ROUTE: &str = "type.googleapis.com/envoy.config.route.v3.RouteConfiguration";
 const MONTH_MS: i64 = 30 * 24 * 3600 * 1000;
 
@@ -249,17 +253,6 @@ async fn disk_bytes(store: &Store, db: &TestDb) -> anyhow::Result<u64> {
             pool.close().await;
             Ok(size as u64)
         }
-    }
-}
-
-/// The middle value (the mean of the two middle ones for an even count).
-fn median(values: &mut [f64]) -> f64 {
-    values.sort_by(f64::total_cmp);
-    let mid = values.len() / 2;
-    if values.len().is_multiple_of(2) {
-        (values[mid - 1] + values[mid]) / 2.0
-    } else {
-        values[mid]
     }
 }
 

@@ -1,5 +1,5 @@
-//! What the load examples (`xds_load`, `soak`) share: the clients' node and shard, the
-//! admin API's PUT, and the servers' resource use read from /proc.
+//! What the load examples (`xds_load`, `soak`, `month`) share: the clients' node and shard,
+//! the admin API's PUT, the servers' resource use read from /proc, and percentiles.
 //!
 //! Each example includes this file as a module (`#[path = "common/load.rs"] mod load;`);
 //! an example that does not use every item would warn about it, hence the `allow`.
@@ -102,6 +102,17 @@ pub fn percentile(sorted: &[f64], p: f64) -> f64 {
     }
     let rank = ((p / 100.0) * (sorted.len() - 1) as f64).round() as usize;
     sorted[rank.min(sorted.len() - 1)]
+}
+
+/// The middle value (the mean of the two middle ones for an even count); NaN for none.
+pub fn median(values: &mut [f64]) -> f64 {
+    values.sort_by(f64::total_cmp);
+    let mid = values.len() / 2;
+    match values.len() {
+        0 => f64::NAN,
+        n if n % 2 == 1 => values[mid],
+        _ => (values[mid - 1] + values[mid]) / 2.0,
+    }
 }
 
 /// PUTs `body` to the admin API; an error unless it answers 2xx. Returns the time it took.

@@ -13,6 +13,8 @@ use std::process::{Command, Stdio};
 
 use anyhow::{Context, bail};
 
+use super::load::median;
+
 /// The flags this mode reads (each with its value), left out of the runs' own arguments.
 const OWN_FLAGS: [&str; 2] = ["--against", "--runs"];
 
@@ -110,17 +112,13 @@ fn describe(f: &Figures) -> String {
     )
 }
 
-fn median(mut values: Vec<f64>) -> f64 {
-    values.sort_by(f64::total_cmp);
-    match values.len() {
-        0 => f64::NAN,
-        n if n % 2 == 1 => values[n / 2],
-        n => (values[n / 2 - 1] + values[n / 2]) / 2.0,
-    }
-}
-
 fn median_of(runs: &[Figures], key: &str) -> f64 {
-    median(runs.iter().filter_map(|f| f.get(key).copied()).collect())
+    median(
+        &mut runs
+            .iter()
+            .filter_map(|f| f.get(key).copied())
+            .collect::<Vec<_>>(),
+    )
 }
 
 /// Both servers' medians and vxds ÷ baseline.
@@ -142,13 +140,10 @@ fn summary(baseline: &[Figures], vxds: &[Figures]) -> String {
         let (b, v) = (median_of(baseline, key), median_of(vxds, key));
         out += &format!("{label:24} {b:>10.2} {v:>10.2} {:>8.2}\n", v / b);
     }
-    let pairwise = median(
-        baseline
-            .iter()
-            .zip(vxds)
-            .filter_map(|(b, v)| Some(v.get("p99_ms")? / b.get("p99_ms")?))
-            .collect(),
-    );
+    let mut pairs: Vec<f64> = (baseline.iter().zip(vxds))
+        .filter_map(|(b, v)| Some(v.get("p99_ms")? / b.get("p99_ms")?))
+        .collect();
+    let pairwise = median(&mut pairs);
     out += &format!(
         "{:24} {:>10} {:>10} {pairwise:>8.2}\n",
         "p99, run by run", "", ""
